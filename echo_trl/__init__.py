@@ -1,0 +1,38 @@
+"""echo_trl: ECHO (GRPO on action tokens + lambda * cross-entropy on environment-output tokens) for TRL.
+
+Heavy imports (torch, TRL) happen on first use of the names that need them, so the data path
+and the CLI start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Role": "roles", "Trajectory": "roles",
+    "EchoTrlError": "errors", "EpisodeError": "errors", "TemplateError": "errors", "DatasetSchemaError": "errors",
+    "awm_episode_to_trajectory": "awm", "load_awm_episodes": "awm",
+    "build_awm_dataset": "dataset", "load_echo_dataset": "dataset", "FEATURES": "dataset",
+    "tokenize_with_roles": "tokenization", "RoleTokens": "tokenization",
+    "EchoGRPOConfig": "config", "EchoGRPOTrainer": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .awm import awm_episode_to_trajectory, load_awm_episodes
+    from .config import EchoGRPOConfig
+    from .dataset import FEATURES, build_awm_dataset, load_echo_dataset
+    from .errors import DatasetSchemaError, EchoTrlError, EpisodeError, TemplateError
+    from .roles import Role, Trajectory
+    from .tokenization import RoleTokens, tokenize_with_roles
+    from .trainer import EchoGRPOTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'echo_trl' has no attribute {name!r}")

@@ -1,0 +1,325 @@
+"""Trajectories as a typed Hugging Face ``datasets.Dataset`` (TRL's conversational format).
+
+One row is one trajectory. ``prompt`` / ``completion`` are lists of chat messages, so TRL
+utilities and ``apply_chat_template`` work on the rows. Arrow needs one type per column, so
+two JSON-shaped values are stored as JSON text: a tool call's ``arguments`` and each entry of
+``tools``. :func:`row_to_trajectory` turns them back into objects before rendering.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import datasets
+from datasets import Features, List, Value
+
+from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, awm_episode_to_trajectory, iter_episode_records
+from .errors import DatasetSchemaError, EpisodeError
+from .progress import progress
+from .roles import Role, Trajectory
+
+TOOL_CALL_FEATURE = {"type": Value("string"),
+                     "function": {"name": Value("string"), "arguments": Value("string")}}
+MESSAGE_FEATURE = {"role": Value("string"), "content": Value("string"), "name": Value("string"),
+                   "tool_calls": List(TOOL_CALL_FEATURE)}
+
+#: The ECHO trajectory schema (see DESIGN.md, "Dataset row").
+FEATURES = Features({
+    "prompt": List(MESSAGE_FEATURE),
+    "completion": List(MESSAGE_FEATURE),
+    "tools": List(Value("string")),
+    "warnings": List(List(Value("string"))),
+    "reward": Value("float64"),
+    "group_id": Value("string"),
+    "scenario": Value("string"),
+    "task_idx": Value("int64"),
+    "behavior_logprobs": List(Value("float64")),
+})
+
+REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx")
+
+
+# --------------------------------------------------------------------------------------------
+# Row <-> Trajectory
+
+
+def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    return {
+        "role": message["role"],
+        "content": message.get("content") or "",
+        "name": message.get("name"),
+        "tool_calls": None if not calls else [
+            {"type": c.get("type", "function"),
+             "function": {"name": c["function"]["name"],
+                          "arguments": json.dumps(c["function"].get("arguments") or {}, ensure_ascii=False)}}
+            for c in calls
+        ],
+    }
+
+
+def _message_from_row(message: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    if message.get("name") is not None:
+        out["name"] = message["name"]
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {"type": c.get("type") or "function",
+             "function": {"name": c["function"]["name"], "arguments": _json_object(c["function"]["arguments"])}}
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+def _json_object(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
+    """One dataset row (plain Python values matching :data:`FEATURES`)."""
+    return {
+        "prompt": [_message_to_row(m) for m in trajectory.prompt],
+        "completion": [_message_to_row(m) for m in trajectory.completion],
+        "tools": [json.dumps(t, ensure_ascii=False) for t in trajectory.tools],
+        "warnings": [list(w) for w in trajectory.warnings],
+        "reward": float(trajectory.reward),
+        "group_id": trajectory.group_id,
+        "scenario": trajectory.scenario,
+        "task_idx": int(trajectory.task_idx),
+        "behavior_logprobs": trajectory.behavior_logprobs,
+    }
+
+
+def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
+    """Inverse of :func:`trajectory_to_row`: messages ready for ``apply_chat_template``."""
+    missing = [c for c in ("prompt", "completion") if c not in row]
+    if missing:
+        raise DatasetSchemaError(f"row is missing column(s) {', '.join(missing)}")
+    completion = [_message_from_row(m) for m in row["completion"]]
+    return Trajectory(
+        prompt=[_message_from_row(m) for m in row["prompt"]],
+        completion=completion,
+        tools=[_json_object(t) for t in row.get("tools") or []],
+        warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
+        reward=float(row.get("reward") or 0.0),
+        scenario=row.get("scenario") or "",
+        task_idx=int(row["task_idx"]) if row.get("task_idx") is not None else -1,
+        group_id=row.get("group_id") or "",
+        behavior_logprobs=row.get("behavior_logprobs"),
+    )
+
+
+def trajectories_to_dataset(trajectories: Iterable[Trajectory]) -> datasets.Dataset:
+    """A dataset with the explicit ECHO schema (never inferred, so every build has one schema)."""
+    rows = [trajectory_to_row(t) for t in trajectories]
+    columns = {name: [r[name] for r in rows] for name in FEATURES}
+    return datasets.Dataset.from_dict(columns, features=FEATURES)
+
+
+def build_awm_dataset(
+    inputs: Iterable[str | Path],
+    *,
+    strict: bool = True,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    skipped: list[SkippedRecord] | None = None,
+    show_progress: bool | None = None,
+) -> datasets.Dataset:
+    """Build the trajectory dataset from AWM episode files and directories.
+
+    Deterministic: inputs are read in sorted order and rows keep that order. With
+    ``strict=False`` invalid records are appended to ``skipped`` (when given) instead of raising,
+    and every valid record is kept.
+    """
+    trajectories = []
+    for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
+        try:
+            if rec.error is not None:
+                raise rec.error
+            trajectories.append(awm_episode_to_trajectory(
+                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt))
+        except EpisodeError as exc:
+            if strict:
+                raise
+            if skipped is not None:
+                skipped.append(SkippedRecord(rec.source, rec.record, str(exc),
+                                             rec.data if rec.error is None else rec.raw))
+    return trajectories_to_dataset(trajectories)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and checking
+
+
+def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Dataset:
+    """Check the columns ECHO needs; cast compatible schemas (e.g. parquet from the Hub) to ours."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+    if missing:
+        raise DatasetSchemaError(
+            f"{name}: missing column(s) {', '.join(missing)}; expected the ECHO trajectory schema "
+            f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`.")
+    if "behavior_logprobs" not in ds.column_names:
+        ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])
+    extra = [c for c in ds.column_names if c not in FEATURES]
+    if ds.features != FEATURES:
+        wanted = Features({**{k: v for k, v in ds.features.items() if k in extra}, **FEATURES})
+        try:
+            ds = ds.cast(Features({c: wanted[c] for c in ds.column_names}))
+        except (ValueError, TypeError) as exc:
+            bad = [c for c in FEATURES if c in ds.features and ds.features[c] != FEATURES[c]]
+            raise DatasetSchemaError(
+                f"{name}: column(s) {', '.join(bad)} have the wrong feature type ({exc})") from None
+    return ds
+
+
+def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> datasets.Dataset:
+    """Load a trajectory dataset: a ``save_to_disk`` directory, local data files, or a Hub id."""
+    path = Path(name_or_path)
+    if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
+        ds = datasets.load_from_disk(str(path))
+        if isinstance(ds, datasets.DatasetDict):
+            ds = ds[split]
+    else:
+        ds = datasets.load_dataset(str(name_or_path), split=split)
+    return validate_dataset(ds, str(name_or_path))
+
+
+# --------------------------------------------------------------------------------------------
+# Dataset card
+
+CITATIONS = """\
+```bibtex
+@article{echo2026,
+  title   = {ECHO: Environment Cross-entropy Hybrid Objective for agentic reinforcement learning},
+  journal = {arXiv preprint arXiv:2605.24517},
+  year    = {2026},
+}
+@article{wang2026agentworldmodelinfinity,
+  title   = {Agent World Model: Infinity Synthetic Environments for Agentic Reinforcement Learning},
+  author  = {Zhaoyang Wang and Canwen Xu and Boyi Liu and Yite Wang and Siwei Han and Zhewei Yao
+             and Huaxiu Yao and Yuxiong He},
+  journal = {arXiv preprint arXiv:2602.10090},
+  year    = {2026},
+}
+```"""
+
+
+def role_counts(ds: datasets.Dataset) -> dict[str, dict[str, int]]:
+    """Messages and characters per role (tokenizer-free; ``echo-trl stats`` counts tokens)."""
+    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in Role}
+    for row in ds:
+        for m in row["prompt"]:
+            counts["context"]["messages"] += 1
+            counts["context"]["chars"] += len(m["content"] or "")
+        for m, warns in zip(row["completion"], row["warnings"], strict=True):
+            role = "action" if m["role"] == "assistant" else "env_output" if m["role"] == "tool" else "context"
+            counts[role]["messages"] += 1
+            counts[role]["chars"] += len(m["content"] or "") + sum(
+                len(c["function"]["arguments"]) + len(c["function"]["name"]) for c in m["tool_calls"] or [])
+            counts["warning"]["messages"] += len(warns)
+            counts["warning"]["chars"] += sum(len(w) for w in warns)
+    return counts
+
+
+def dataset_card(ds: datasets.Dataset, *, title: str = "ECHO trajectories from Agent World Model episodes",
+                 skipped: int = 0) -> str:
+    """The ``README.md`` written next to a built dataset (and pushed with it to the Hub)."""
+    by_scenario: dict[str, Counter] = defaultdict(Counter)
+    for scenario, group, reward in zip(ds["scenario"], ds["group_id"], ds["reward"], strict=True):
+        c = by_scenario[scenario]
+        c["episodes"] += 1
+        c[f"group:{group}"] = 1
+        c["reward_sum"] += reward
+    roles = role_counts(ds)
+    scen_rows = "\n".join(
+        f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
+        for s, c in sorted(by_scenario.items()))
+    role_rows = "\n".join(f"| `{r}` | {v['messages']} | {v['chars']} |" for r, v in roles.items())
+    return f"""---
+license: cc-by-4.0
+tags:
+- echo-trl
+- agent
+- tool-use
+- reinforcement-learning
+- agent-world-model
+pretty_name: "{title}"
+---
+
+# {title}
+
+Agent trajectories for [echo_trl](https://github.com/) (ECHO: GRPO on the agent's action tokens
+plus lambda * cross-entropy on the environment's observation tokens), in TRL's conversational
+prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episodes,
+{len(by_scenario)} scenarios{f", {skipped} invalid records skipped (see skipped.jsonl)" if skipped else ""}.
+
+## Schema
+
+| column | type | meaning |
+|---|---|---|
+| `prompt` | list of messages | system prompt and the user's task (context) |
+| `completion` | list of messages | assistant tool calls and `tool` messages, in order |
+| `tools` | list of JSON strings | the tool schemas the agent could call |
+| `warnings` | list (per completion message) of lists of strings | harness warnings, kept out of the env output |
+| `reward` | float | episode reward (AWM: complete 1.0, incomplete 0.1, format error -1.0, else 0.0) |
+| `group_id` | string | `scenario/task_idx`: trajectories of the same task share it (GRPO groups) |
+| `scenario`, `task_idx` | string, int | AWM provenance |
+| `behavior_logprobs` | list of floats or null | per action token, when recorded at rollout time |
+
+A tool call's `arguments` is stored as JSON text (Arrow needs one type per column).
+
+## Roles
+
+| role | source | loss |
+|---|---|---|
+| `context` | system prompt, tool schemas, task, chat-template scaffolding | none |
+| `action` | assistant tool calls, with their end-of-turn token | GRPO |
+| `env_output` | tool results, errors, verifier output | ECHO world-model cross-entropy |
+| `warning` | harness warnings | excluded by default |
+
+Counts (messages and characters; `echo-trl stats DATASET --tokenizer MODEL` gives exact tokens):
+
+| role | messages | characters |
+|---|---|---|
+{role_rows}
+
+## Scenarios
+
+| scenario | episodes | tasks | mean reward |
+|---|---|---|---|
+{scen_rows}
+
+## License and attribution
+
+Derived from Agent World Model environments (AgentWorldModel-1K, Snowflake AI Research and
+UNC-Chapel Hill, CC-BY-4.0, arXiv 2602.10090) where the scenarios come from there.
+
+## Citation
+
+{CITATIONS}
+"""
+
+
+def save_dataset(ds: datasets.Dataset, output_dir: str | Path, *, skipped: list[SkippedRecord] = (),
+                 push_to_hub: str | None = None, private: bool | None = None) -> Path:
+    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push."""
+    out = Path(output_dir)
+    ds.save_to_disk(str(out))
+    card = dataset_card(ds, skipped=len(skipped))
+    (out / "README.md").write_text(card, encoding="utf-8")
+    report = out / "skipped.jsonl"
+    if skipped:
+        with report.open("w", encoding="utf-8") as fh:
+            for s in skipped:
+                fh.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
+    elif report.exists():
+        report.unlink()
+    if push_to_hub:
+        from huggingface_hub import DatasetCard
+
+        ds.push_to_hub(push_to_hub, private=private)
+        DatasetCard(card).push_to_hub(push_to_hub, repo_type="dataset")
+    return out

@@ -1,0 +1,333 @@
+"""Exact per-token roles: render once with the model's chat template, tokenize once.
+
+The token ids are exactly ``tokenizer(rendered_text, add_special_tokens=False)`` of the whole
+conversation rendered by the model's own chat template: tokenizing per segment would drift at
+BPE merges across segment boundaries. Roles come from character spans in the rendered text:
+
+* ``env_output``: the characters of each tool message's content (where the template put them,
+  found with a probe render, so a tool output that also appears in the scaffolding is never
+  mistaken for it);
+* ``warning``: harness warnings, rendered after the tool output inside the same tool message;
+* ``action``: what the model generates for an assistant turn, from the end of the template's
+  generation prompt to the end-of-turn token inclusive;
+* ``observation``: the template's wrapper around tool messages (role headers,
+  ``<tool_response>`` tags) up to the next generation prompt;
+* ``context``: everything else (system prompt, tools, task, other scaffolding).
+
+A token takes the role of the span holding its first character (a BPE token that merges the
+last character of a tool output with the newline after it counts as env output).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .dataset import row_to_trajectory
+from .errors import EchoTrlError, TemplateError
+from .roles import WORLD_LOSS_TARGETS, Role, Trajectory
+
+#: Char/token role codes (also the values of :attr:`RoleTokens.roles`).
+CONTEXT, ACTION, ENV_OUTPUT, WARNING, OBSERVATION = 0, 1, 2, 3, 4
+ROLE_CODES = {Role.CONTEXT: CONTEXT, Role.ACTION: ACTION, Role.ENV_OUTPUT: ENV_OUTPUT, Role.WARNING: WARNING}
+
+#: How warnings are appended to a tool message's rendered text (never into its stored content).
+WARNING_SEPARATOR = "\n\n"
+
+_PROBE = "ECHOPROBE{}X"
+
+
+class TruncationError(EchoTrlError):
+    """The prompt alone does not fit in ``max_length``: there is nothing left to train on."""
+
+
+@dataclass
+class RoleTokens:
+    """Token ids of one trajectory with aligned, disjoint role masks."""
+
+    input_ids: list[int]
+    roles: np.ndarray  # int8 per token: CONTEXT / ACTION / ENV_OUTPUT / WARNING / OBSERVATION
+    prompt_length: int  # tokens before the first action token: where the completion starts
+    world_loss_target: str = "env_only"
+    truncated_tokens: int = 0  # tokens cut by max_length (reported, never silent)
+    truncated_messages: int = 0  # completion messages cut by max_length
+    text: str = ""  # the rendered text the ids tokenize (after truncation)
+    message_token_spans: list[tuple[int, int]] = field(default_factory=list)  # per completion message
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def _mask(self, *codes: int) -> list[int]:
+        return np.isin(self.roles, codes).astype(np.int64).tolist()
+
+    @property
+    def action_mask(self) -> list[int]:
+        return self._mask(ACTION)
+
+    @property
+    def env_output_mask(self) -> list[int]:
+        return self._mask(ENV_OUTPUT)
+
+    @property
+    def warning_mask(self) -> list[int]:
+        return self._mask(WARNING)
+
+    @property
+    def observation_mask(self) -> list[int]:
+        """Template wrapper tokens of tool messages (not their content)."""
+        return self._mask(OBSERVATION)
+
+    @property
+    def world_mask(self) -> list[int]:
+        """Tokens the world-model loss trains on under ``world_loss_target``."""
+        return self._mask(*world_codes(self.world_loss_target))
+
+    def counts(self) -> dict[str, int]:
+        c = np.bincount(self.roles, minlength=5)
+        return {"context": int(c[CONTEXT] + c[OBSERVATION]), "action": int(c[ACTION]),
+                "env_output": int(c[ENV_OUTPUT]), "warning": int(c[WARNING])}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"input_ids": self.input_ids, "action_mask": self.action_mask,
+                "env_output_mask": self.env_output_mask, "warning_mask": self.warning_mask,
+                "world_mask": self.world_mask, "prompt_length": self.prompt_length,
+                "truncated_tokens": self.truncated_tokens, "truncated_messages": self.truncated_messages}
+
+
+def world_codes(target: str) -> tuple[int, ...]:
+    if target not in WORLD_LOSS_TARGETS:
+        raise ValueError(f"world_loss_target must be one of {', '.join(WORLD_LOSS_TARGETS)}, got {target!r}")
+    return {"env_only": (ENV_OUTPUT,), "observation": (ENV_OUTPUT, OBSERVATION),
+            "all": (ENV_OUTPUT, OBSERVATION, WARNING)}[target]
+
+
+# --------------------------------------------------------------------------------------------
+# Template facts, derived once per tokenizer from tiny probe conversations
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    generation_prompt: str  # what add_generation_prompt appends: the assistant turn header
+    end_markers: tuple[str, ...]  # tokens that end a generated turn
+
+
+_TEMPLATE_CACHE: dict[tuple[int, str], TemplateInfo] = {}
+
+
+def _render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    except Exception as exc:  # jinja raises many types; all mean "this template cannot render this"
+        raise TemplateError(f"chat template failed to render the conversation: {exc}") from exc
+
+
+def template_info(tokenizer) -> TemplateInfo:
+    """Generation prompt and end-of-turn markers of ``tokenizer``'s chat template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise TemplateError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; ECHO renders each "
+            "trajectory with the model's own template (set tokenizer.chat_template)")
+    key = (id(tokenizer), template if isinstance(template, str) else json.dumps(template))
+    if key in _TEMPLATE_CACHE:
+        return _TEMPLATE_CACHE[key]
+    convo = [{"role": "user", "content": "x"}]
+    plain = _render(tokenizer, convo, None)
+    with_gen = _render(tokenizer, convo, None, add_generation_prompt=True)
+    if not with_gen.startswith(plain) or len(with_gen) == len(plain):
+        raise TemplateError("chat template has no generation prompt (add_generation_prompt changes nothing)")
+    generation_prompt = with_gen[len(plain):]
+
+    probe = _PROBE.format("A")
+    text = _render(tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None)
+    after = text[text.index(probe) + len(probe):]
+    specials = sorted({*tokenizer.all_special_tokens,
+                       *(t.content for t in tokenizer.added_tokens_decoder.values() if t.special)},
+                      key=len, reverse=True)
+    markers = {s for s in specials if after.startswith(s)}
+    if tokenizer.eos_token:
+        markers.add(tokenizer.eos_token)
+    if not markers:
+        raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
+    info = TemplateInfo(generation_prompt, tuple(sorted(markers, key=len, reverse=True)))
+    _TEMPLATE_CACHE[key] = info
+    return info
+
+
+def _find_end(text: str, start: int, markers: tuple[str, ...]) -> int:
+    """End (exclusive) of the first end-of-turn marker at or after ``start``; len(text) if none."""
+    best = -1
+    best_end = len(text)
+    for m in markers:
+        i = text.find(m, start)
+        if i != -1 and (best == -1 or i < best):
+            best, best_end = i, i + len(m)
+    return best_end
+
+
+def _escaped(s: str) -> str:
+    """``s`` as a chat template's ``tojson`` renders it, without the quotes."""
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
+# --------------------------------------------------------------------------------------------
+# Character spans
+
+
+@dataclass
+class _Layout:
+    text: str
+    char_roles: np.ndarray  # int8 per character
+    completion_start: int  # char where the first action begins
+    message_ends: list[int]  # per completion message: char after its turn's end marker
+
+
+def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
+    pieces = [(ENV_OUTPUT, content)]
+    for w in warnings:
+        pieces += [(CONTEXT, WARNING_SEPARATOR), (WARNING, w)]
+    return pieces
+
+
+def layout(tokenizer, trajectory: Trajectory) -> _Layout:
+    """Render ``trajectory`` and give every character of the rendered text a role."""
+    info = template_info(tokenizer)
+    prompt, completion = trajectory.prompt, trajectory.completion
+    tools = trajectory.tools or None
+    pieces = {i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
+              for i, m in enumerate(completion) if m["role"] == "tool"}
+    real = [*prompt, *[({**m, "content": "".join(p for _, p in pieces[i])} if i in pieces else m)
+                       for i, m in enumerate(completion)]]
+    text = _render(tokenizer, real, tools)
+    roles = np.zeros(len(text), dtype=np.int8)
+
+    # Where each tool message's content lands: render once more with probes in its place.
+    starts: dict[int, tuple[int, bool]] = {}
+    if pieces:
+        probed = [*prompt, *[({**m, "content": _PROBE.format(i)} if i in pieces else m)
+                             for i, m in enumerate(completion)]]
+        probe_text = _render(tokenizer, probed, tools)
+        shift = 0
+        for i in sorted(pieces):
+            probe = _PROBE.format(i)
+            at = probe_text.find(probe)
+            if at == -1 or probe_text.find(probe, at + 1) != -1:
+                raise TemplateError("chat template does not render each tool message's content exactly once")
+            full = "".join(p for _, p in pieces[i])
+            pos = at + shift
+            if text.startswith(full, pos):
+                escaped = False
+            elif text.startswith(_escaped(full), pos):
+                escaped = True
+            else:
+                raise TemplateError(
+                    f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)")
+            starts[i] = (pos, escaped)
+            shift += len(_escaped(full) if escaped else full) - len(probe)
+        if len(probe_text) + shift != len(text):
+            raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
+
+    gen = info.generation_prompt
+    cursor = 0
+    completion_start = None
+    ends: list[int] = []
+    for i, m in enumerate(completion):
+        if m["role"] == "assistant":
+            head = text.find(gen, cursor)
+            if head == -1:
+                raise TemplateError(f"cannot find the assistant turn of completion message {i} in the rendered text")
+            a = head + len(gen)
+            e = _find_end(text, a, info.end_markers)
+            for call in m.get("tool_calls") or []:
+                if call["function"]["name"] not in text[a:e]:
+                    raise TemplateError(
+                        "chat template does not render assistant tool_calls (no tool-calling support?): "
+                        f"{call['function']['name']!r} missing from completion message {i}")
+            roles[a:e] = ACTION
+            completion_start = a if completion_start is None else completion_start
+            cursor = e
+        elif i in starts:
+            pos, escaped = starts[i]
+            obs_start = cursor
+            for code, piece in pieces[i]:
+                n = len(_escaped(piece) if escaped else piece)
+                roles[pos:pos + n] = code
+                pos += n
+            e = _find_end(text, pos, info.end_markers)
+            nxt = text.find(gen, pos)
+            obs_end = len(text) if nxt == -1 else nxt
+            window = roles[obs_start:obs_end]
+            window[window == CONTEXT] = OBSERVATION
+            cursor = e
+        else:
+            # Other roles in a completion (e.g. a user follow-up) are context; skip their turn.
+            e = _find_end(text, cursor, info.end_markers)
+            cursor = e
+        ends.append(e)
+    if completion_start is None:
+        completion_start = len(text)
+    # Everything before the first action is the prompt, including the generation prompt.
+    roles[:completion_start][roles[:completion_start] == OBSERVATION] = CONTEXT
+    return _Layout(text, roles, completion_start, ends)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens
+
+
+def _encode(tokenizer, text: str) -> tuple[list[int], np.ndarray]:
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return list(enc["input_ids"]), offsets[:, 0]
+
+
+def tokenize_with_roles(
+    tokenizer,
+    row: dict[str, Any] | Trajectory,
+    *,
+    max_length: int | None = None,
+    world_loss_target: str = "env_only",
+) -> RoleTokens:
+    """Token ids of a trajectory (dataset row or :class:`Trajectory`) with per-token roles.
+
+    ``max_length`` cuts at the end of a completion message (never inside one), keeping masks
+    aligned; what was cut is reported in ``truncated_tokens`` / ``truncated_messages``.
+    Raises :class:`TruncationError` if even the prompt does not fit.
+    """
+    world_codes(world_loss_target)  # validate early
+    trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
+    lay = layout(tokenizer, trajectory)
+    ids, starts = _encode(tokenizer, lay.text)
+    starts = np.minimum(starts, max(len(lay.text) - 1, 0))
+    token_roles = lay.char_roles[starts] if len(lay.text) else np.zeros(len(ids), dtype=np.int8)
+    prompt_length = int(np.searchsorted(starts, lay.completion_start, side="left"))
+    ends = [int(np.searchsorted(starts, e, side="left")) for e in lay.message_ends]
+    spans = [(prompt_length if k == 0 else ends[k - 1], ends[k]) for k in range(len(ends))]
+
+    result = RoleTokens(ids, token_roles.astype(np.int8), prompt_length, world_loss_target,
+                        text=lay.text, message_token_spans=spans)
+    if max_length is not None and len(ids) > max_length:
+        result = _truncate(result, ends, lay.message_ends, max_length)
+    return result
+
+
+def _truncate(tokens: RoleTokens, token_ends: list[int], char_ends: list[int], max_length: int) -> RoleTokens:
+    if tokens.prompt_length > max_length:
+        raise TruncationError(
+            f"the prompt alone has {tokens.prompt_length} tokens, more than max_length={max_length}")
+    keep = 0  # number of completion messages kept
+    for k, end in enumerate(token_ends):
+        if end <= max_length:
+            keep = k + 1
+    cut = token_ends[keep - 1] if keep else tokens.prompt_length
+    char_cut = char_ends[keep - 1] if keep else None
+    total = len(tokens.input_ids)
+    return RoleTokens(
+        tokens.input_ids[:cut], tokens.roles[:cut].copy(), tokens.prompt_length, tokens.world_loss_target,
+        truncated_tokens=total - cut, truncated_messages=len(token_ends) - keep,
+        text=tokens.text[:char_cut] if char_cut is not None else tokens.text,
+        message_token_spans=tokens.message_token_spans[:keep])

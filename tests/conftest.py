@@ -1,0 +1,50 @@
+"""Shared fixtures: tiny local tokenizers/models (no downloads) and the shared AWM sample data."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+CAPTURED_EPISODE = SHARED_DATA / "awm_episodes" / "e_commerce_33_task0_captured.json"
+AWM1K_SAMPLES = SHARED_DATA / "awm1k_samples"
+TEMPLATE_FAMILIES = ("qwen2_5", "qwen3", "llama3_1")
+
+
+def require_shared(path: Path) -> Path:
+    """Skip (with the reason) when the shared AWM sample data is not next to the checkout."""
+    if not path.exists():
+        pytest.skip(f"shared AWM sample data not found at {path} (it lives in ../shared/data, not in the repo)")
+    return path
+
+
+@functools.cache
+def tiny_tokenizer(family: str = "qwen3"):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    return build_tiny_tokenizer(family)
+
+
+@pytest.fixture(params=TEMPLATE_FAMILIES)
+def family_tokenizer(request):
+    """A tiny tokenizer for each chat-template family TRL bundles that we support."""
+    return tiny_tokenizer(request.param)
+
+
+@pytest.fixture
+def captured_episode() -> Path:
+    return require_shared(CAPTURED_EPISODE)
+
+
+@pytest.fixture
+def awm1k_samples() -> Path:
+    return require_shared(AWM1K_SAMPLES)
