@@ -20,7 +20,23 @@ _EXPORTS = {
     "EchoGRPOConfig": "config", "EchoGRPOTrainer": "trainer",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "DatasetSchemaError",
+    "EchoGRPOConfig",
+    "EchoGRPOTrainer",
+    "EchoTrlError",
+    "EpisodeError",
+    "FEATURES",
+    "Role",
+    "RoleTokens",
+    "TemplateError",
+    "Trajectory",
+    "awm_episode_to_trajectory",
+    "build_awm_dataset",
+    "load_awm_episodes",
+    "load_echo_dataset",
+    "tokenize_with_roles",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .awm import awm_episode_to_trajectory, load_awm_episodes

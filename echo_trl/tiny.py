@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+
 #: Special tokens and model architecture per chat-template family TRL bundles.
 @dataclass(frozen=True)
 class TemplateFamily:

@@ -21,6 +21,7 @@ last character of a tool output with the newline after it counts as env output).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,6 +185,7 @@ class _Layout:
     char_roles: np.ndarray  # int8 per character
     completion_start: int  # char where the first action begins
     message_ends: list[int]  # per completion message: char after its turn's end marker
+    preamble_end: int  # end of the first turn (system + tools) when it ends in an end-of-turn token, else 0
 
 
 def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
@@ -272,17 +274,78 @@ def layout(tokenizer, trajectory: Trajectory) -> _Layout:
         completion_start = len(text)
     # Everything before the first action is the prompt, including the generation prompt.
     roles[:completion_start][roles[:completion_start] == OBSERVATION] = CONTEXT
-    return _Layout(text, roles, completion_start, ends)
+    first_end = _find_end(text, 0, info.end_markers)
+    preamble_end = first_end if first_end < completion_start else 0
+    return _Layout(text, roles, completion_start, ends, preamble_end)
 
 
 # --------------------------------------------------------------------------------------------
 # Tokens
 
 
-def _encode(tokenizer, text: str) -> tuple[list[int], np.ndarray]:
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    return list(enc["input_ids"]), offsets[:, 0]
+class _Encoder:
+    """Encodes rendered conversations; reuses the tokens of a shared preamble.
+
+    The system turn (system prompt + tool schemas) is identical across a scenario's episodes
+    and is most of an AWM episode's text. Added special tokens split the input before BPE
+    runs, so tokenizing ``text[:p]`` and ``text[p:]`` separately, where ``p`` ends a special
+    end-of-turn token, gives exactly the ids of tokenizing ``text`` whole. That is checked
+    against a whole-text encode the first time per tokenizer; on any mismatch the cache is
+    switched off for that tokenizer (and a warning says so).
+    """
+
+    def __init__(self, tokenizer, max_entries: int = 64):
+        self.tokenizer = tokenizer
+        self.cache: dict[str, tuple[list[int], np.ndarray]] = {}
+        self.max_entries = max_entries
+        self.verified = False
+        self.enabled = True
+
+    def _raw(self, texts: list[str]) -> list[tuple[list[int], np.ndarray]]:
+        if not texts:
+            return []
+        enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return [(list(ids), np.asarray(offs, dtype=np.int64).reshape(-1, 2)[:, 0])
+                for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)]
+
+    def encode(self, texts: list[str], splits: list[int]) -> list[tuple[list[int], np.ndarray]]:
+        """Ids and token start offsets of each text; ``splits[i]`` is a safe preamble end (0: none)."""
+        if not self.enabled:
+            return self._raw(texts)
+        pres = [t[:p] for t, p in zip(texts, splits, strict=True)]
+        missing = sorted({p for p in pres if p and p not in self.cache})
+        for pre, enc in zip(missing, self._raw(missing), strict=True):
+            if len(self.cache) >= self.max_entries:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[pre] = enc
+        rests = self._raw([t[len(p):] for t, p in zip(texts, pres, strict=True)])
+        out = []
+        for pre, (ids, starts) in zip(pres, rests, strict=True):
+            if pre:
+                pids, pstarts = self.cache[pre]
+                ids, starts = pids + ids, np.concatenate([pstarts, starts + len(pre)])
+            out.append((ids, starts))
+        if not self.verified and texts:
+            self.verified = True
+            whole = self._raw(texts[:1])[0]
+            if whole[0] != out[0][0] or not np.array_equal(whole[1], out[0][1]):
+                warnings.warn("echo_trl: preamble token cache does not reproduce whole-text tokenization for "
+                              "this tokenizer; tokenizing every conversation whole (slower, still exact)",
+                              stacklevel=3)
+                self.enabled = False
+                self.cache.clear()
+                return self._raw(texts)
+        return out
+
+
+_ENCODERS: dict[int, _Encoder] = {}
+
+
+def _encoder(tokenizer) -> _Encoder:
+    enc = _ENCODERS.get(id(tokenizer))
+    if enc is None or enc.tokenizer is not tokenizer:
+        enc = _ENCODERS[id(tokenizer)] = _Encoder(tokenizer)
+    return enc
 
 
 def tokenize_with_roles(
@@ -298,36 +361,45 @@ def tokenize_with_roles(
     aligned; what was cut is reported in ``truncated_tokens`` / ``truncated_messages``.
     Raises :class:`TruncationError` if even the prompt does not fit.
     """
+    return tokenize_batch(tokenizer, [row], max_length=max_length, world_loss_target=world_loss_target)[0]
+
+
+def tokenize_batch(
+    tokenizer,
+    rows: list[dict[str, Any] | Trajectory],
+    *,
+    max_length: int | None = None,
+    world_loss_target: str = "env_only",
+) -> list[RoleTokens]:
+    """:func:`tokenize_with_roles` for many trajectories: one batched (parallel, Rust) encode."""
     world_codes(world_loss_target)  # validate early
-    trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
-    lay = layout(tokenizer, trajectory)
-    ids, starts = _encode(tokenizer, lay.text)
-    starts = np.minimum(starts, max(len(lay.text) - 1, 0))
-    token_roles = lay.char_roles[starts] if len(lay.text) else np.zeros(len(ids), dtype=np.int8)
+    layouts = [layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
+    encoded = _encoder(tokenizer).encode([lay.text for lay in layouts], [lay.preamble_end for lay in layouts])
+    return [_assign(lay, ids, starts, max_length, world_loss_target)
+            for lay, (ids, starts) in zip(layouts, encoded, strict=True)]
+
+
+def _assign(lay: _Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:
+    n_chars = len(lay.text)
+    token_roles = lay.char_roles[np.minimum(starts, max(n_chars - 1, 0))] if n_chars else np.zeros(0, np.int8)
     prompt_length = int(np.searchsorted(starts, lay.completion_start, side="left"))
     ends = [int(np.searchsorted(starts, e, side="left")) for e in lay.message_ends]
     spans = [(prompt_length if k == 0 else ends[k - 1], ends[k]) for k in range(len(ends))]
-
-    result = RoleTokens(ids, token_roles.astype(np.int8), prompt_length, world_loss_target,
-                        text=lay.text, message_token_spans=spans)
+    result = RoleTokens(ids, token_roles.astype(np.int8), prompt_length, target, text=lay.text,
+                        message_token_spans=spans)
     if max_length is not None and len(ids) > max_length:
-        result = _truncate(result, ends, lay.message_ends, max_length)
+        result = _truncate(result, ends, lay, max_length)
     return result
 
 
-def _truncate(tokens: RoleTokens, token_ends: list[int], char_ends: list[int], max_length: int) -> RoleTokens:
+def _truncate(tokens: RoleTokens, token_ends: list[int], lay: _Layout, max_length: int) -> RoleTokens:
     if tokens.prompt_length > max_length:
         raise TruncationError(
             f"the prompt alone has {tokens.prompt_length} tokens, more than max_length={max_length}")
-    keep = 0  # number of completion messages kept
-    for k, end in enumerate(token_ends):
-        if end <= max_length:
-            keep = k + 1
+    keep = sum(1 for end in token_ends if end <= max_length)  # ends increase: a kept prefix
     cut = token_ends[keep - 1] if keep else tokens.prompt_length
-    char_cut = char_ends[keep - 1] if keep else None
-    total = len(tokens.input_ids)
+    char_cut = lay.message_ends[keep - 1] if keep else lay.completion_start
     return RoleTokens(
         tokens.input_ids[:cut], tokens.roles[:cut].copy(), tokens.prompt_length, tokens.world_loss_target,
-        truncated_tokens=total - cut, truncated_messages=len(token_ends) - keep,
-        text=tokens.text[:char_cut] if char_cut is not None else tokens.text,
-        message_token_spans=tokens.message_token_spans[:keep])
+        truncated_tokens=len(tokens.input_ids) - cut, truncated_messages=len(token_ends) - keep,
+        text=lay.text[:char_cut], message_token_spans=tokens.message_token_spans[:keep])

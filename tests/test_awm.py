@@ -1,0 +1,176 @@
+"""AWM episode readers: both recorded shapes, tools, roles, and named validation errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from echo_trl.awm import awm_episode_to_trajectory, load_awm_episodes, tool_schema
+from echo_trl.errors import EpisodeError
+from echo_trl.roles import Role
+
+
+def openenv_episode(**overrides):
+    ep = {
+        "scenario": "shop_1", "task": "Add a notebook to my cart.", "task_idx": 2,
+        "tools": ["search", "add_to_cart"],
+        "steps": [
+            {"action": {"tool_name": "search", "arguments": {"q": "notebook"}},
+             "observation": {"tool_result": '{"items": [{"id": 7}]}', "warning": "3 steps left",
+                             "reward_type": "tool_call_ok", "done": False}},
+            {"action": {"tool_name": "add_to_cart", "arguments": {"id": "x"}},
+             "observation": {"error": "422: id must be an integer", "reward_type": "format_error"}},
+            {"action": {"tool_name": "verify", "arguments": {"verifier_mode": "code"}},
+             "observation": {"verify_result": {"result": "others"}, "reward_type": "others", "done": True}},
+        ],
+        "reward": 0.0,
+    }
+    ep.update(overrides)
+    return ep
+
+
+def session_episode():
+    return {
+        "scenario": "shop_1", "task": "Find item 7.", "task_idx": 0, "steps": 3,
+        "trajectory": [
+            {"action": "list_tools", "result": {"tools": [
+                {"name": "get_item", "description": "Get an item.",
+                 "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}}}]}},
+            {"action": "call_tool", "tool_name": "get_item", "arguments": {"id": 7}, "success": True,
+             "result": {"id": 7, "title": "Notebook"}, "reward_type": "tool_call_ok", "reward": 0.0},
+            {"action": "call_tool", "tool_name": "get_item", "arguments": '{"id": 99}', "success": False,
+             "error": "404 not found", "reward_type": "tool_call_error"},
+            {"action": "verify", "tool_name": "verify", "arguments": {},
+             "verify_result": {"result": "complete"}, "reward_type": "complete", "reward": 1.0},
+        ],
+    }
+
+
+def test_openenv_shape_maps_each_field_to_its_role():
+    t = awm_episode_to_trajectory(openenv_episode())
+    assert [m["role"] for m in t.prompt] == ["system", "user"]
+    assert t.prompt[1]["content"] == "Add a notebook to my cart."
+    assert t.message_roles() == [Role.CONTEXT, Role.CONTEXT] + [Role.ACTION, Role.ENV_OUTPUT] * 3
+    calls = [m["tool_calls"][0]["function"] for m in t.completion if m["role"] == "assistant"]
+    assert calls == [{"name": "search", "arguments": {"q": "notebook"}},
+                     {"name": "add_to_cart", "arguments": {"id": "x"}},
+                     {"name": "verify", "arguments": {"verifier_mode": "code"}}]
+    outputs = [m["content"] for m in t.completion if m["role"] == "tool"]
+    assert outputs[0] == '{"items": [{"id": 7}]}'
+    assert outputs[1] == "422: id must be an integer"
+    assert json.loads(outputs[2]) == {"result": "others"}
+    # The warning is kept apart: not in any message text, attached to the tool message it came with.
+    assert all("3 steps left" not in m["content"] for m in t.messages)
+    assert t.warnings == [[], ["3 steps left"], [], [], [], []]
+    assert (t.reward, t.scenario, t.task_idx, t.group_id) == (0.0, "shop_1", 2, "shop_1/2")
+
+
+def test_session_trajectory_shape_uses_list_tools_and_last_reward():
+    t = awm_episode_to_trajectory(session_episode())
+    assert [tool["function"]["name"] for tool in t.tools] == ["get_item"]
+    assert t.tools[0]["function"]["parameters"]["properties"] == {"id": {"type": "integer"}}
+    outputs = [m["content"] for m in t.completion if m["role"] == "tool"]
+    assert json.loads(outputs[0]) == {"id": 7, "title": "Notebook"}
+    assert outputs[1] == "404 not found"
+    assert json.loads(outputs[2]) == {"result": "complete"}
+    assert t.completion[2]["tool_calls"][0]["function"]["arguments"] == {"id": 99}
+    assert t.reward == 1.0
+
+
+def test_non_string_results_serialise_deterministically():
+    ep = openenv_episode()
+    ep["steps"][0]["observation"]["tool_result"] = {"b": [1, 2], "a": "é"}
+    a = awm_episode_to_trajectory(ep).completion[1]["content"]
+    b = awm_episode_to_trajectory(json.loads(json.dumps(ep))).completion[1]["content"]
+    assert a == b and json.loads(a) == {"b": [1, 2], "a": "é"} and "é" in a
+
+
+def test_tools_accept_names_mcp_objects_and_openai_schemas():
+    mcp = {"name": "f", "description": "d", "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
+    openai = {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}}
+    assert tool_schema("h")["function"]["name"] == "h"
+    assert tool_schema(mcp) == {"type": "function", "function": {
+        "name": "f", "description": "d", "parameters": mcp["inputSchema"]}}
+    assert tool_schema(openai) is openai
+
+
+def test_real_captured_episode(captured_episode):
+    (t,), skipped = load_awm_episodes([captured_episode])
+    raw = json.loads(captured_episode.read_text())
+    assert skipped == []
+    assert t.scenario == "e_commerce_33" and t.task_idx == 0 and t.reward == raw["reward"]
+    assert len(t.completion) == 2 * len(raw["steps"])
+    assert [m["content"] for m in t.completion if m["role"] == "tool"][:-1] == \
+        [s["observation"]["tool_result"] for s in raw["steps"][:-1]]
+    assert len(t.tools) == len(raw["tools"])
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda e: e["steps"][1]["action"].update(tool_name=None),
+     "steps[1].action.tool_name: expected a string, got null"),
+    (lambda e: e.pop("task"), "task: missing"),
+    (lambda e: e.update(steps=[]), "steps: episode has no tool calls"),
+    (lambda e: e["steps"][0].pop("observation"), "steps[0].observation: missing"),
+    (lambda e: e["steps"][0].pop("action"), "steps[0].action: missing"),
+    (lambda e: e["steps"][2]["observation"].pop("verify_result"),
+     "steps[2].observation: expected one of tool_result, error, verify_result"),
+    (lambda e: e["steps"][0]["action"].update(arguments=[1]),
+     "steps[0].action.arguments: expected an object of tool arguments, got a list"),
+    (lambda e: e["steps"][0]["action"].update(arguments="{not json"),
+     "steps[0].action.arguments: arguments string is not valid JSON"),
+    (lambda e: e.update(reward="high"), "reward: expected a number, got a string"),
+    (lambda e: e.update(task_idx="0"), "task_idx: expected an integer, got a string"),
+    (lambda e: e.update(tools=[{"description": "no name"}]), "tools[0].name: missing"),
+    (lambda e: e["steps"][0]["observation"].update(warning=[1]),
+     "steps[0].observation.warning[0]: expected a string, got an integer"),
+    (lambda e: e.update(behavior_logprobs=[0.1, None]), "behavior_logprobs[1]: expected a number, got null"),
+])
+def test_each_malformed_field_gets_a_named_error(mutate, message):
+    ep = openenv_episode()
+    mutate(ep)
+    with pytest.raises(EpisodeError) as err:
+        awm_episode_to_trajectory(ep, source="episodes.jsonl", record="17")
+    assert str(err.value).startswith(f"episodes.jsonl:17: {message}")
+
+
+def test_unknown_session_action_is_named():
+    ep = session_episode()
+    ep["trajectory"][1]["action"] = "teleport"
+    with pytest.raises(EpisodeError, match=r"trajectory\[1\]\.action: unknown action 'teleport'"):
+        awm_episode_to_trajectory(ep)
+
+
+def test_lenient_loading_keeps_valid_records_and_reports_bad_lines(tmp_path):
+    good = json.dumps(openenv_episode())
+    lines = [good, "{not json", json.dumps(openenv_episode(reward=None, task_idx=None)),
+             '{"scenario": "a", "scenario": "b"}', good.replace('"reward": 0.0', '"reward": NaN'), good]
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EpisodeError, match=r"episodes.jsonl:2: invalid JSON"):
+        load_awm_episodes([path])
+    kept, skipped = load_awm_episodes([path], strict=False)
+    assert len(kept) == 2
+    assert [s.record for s in skipped] == ["2", "3", "4", "5"]
+    assert "task_idx: expected an integer, got null" in skipped[1].reason
+    assert "duplicate key 'scenario'" in skipped[2].reason
+    assert "NaN" in skipped[3].reason
+    assert skipped[0].raw == "{not json"
+
+
+def test_invalid_utf8_is_named_and_neighbours_survive(tmp_path):
+    path = tmp_path / "eps.jsonl"
+    path.write_bytes(json.dumps(openenv_episode()).encode() + b"\n" + b'{"task": "\xff"}\n')
+    kept, skipped = load_awm_episodes([path], strict=False)
+    assert len(kept) == 1 and skipped[0].record == "2" and "invalid UTF-8" in skipped[0].reason
+
+
+def test_directories_are_read_in_sorted_order(tmp_path):
+    for name, idx in [("b.json", 1), ("a.json", 0), ("sub/c.jsonl", 2)]:
+        p = tmp_path / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_text(json.dumps(openenv_episode(task_idx=idx)))
+    kept, _ = load_awm_episodes([tmp_path])
+    assert [t.task_idx for t in kept] == [0, 1, 2]
+    with pytest.raises(EpisodeError, match="no such file"):
+        load_awm_episodes([tmp_path / "missing"])

@@ -1,0 +1,54 @@
+"""The ``echo-trl`` dispatcher and the data-path commands, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from test_awm import openenv_episode
+
+from echo_trl.cli import COMMANDS, main
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "echo_trl.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"})
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS) and "Exit codes" in out
+    assert main(["frobnicate"]) == 2
+
+
+def test_build_dataset_lenient_then_stats_json(tmp_path):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    eps = tmp_path / "eps.jsonl"
+    eps.write_text("\n".join([json.dumps(openenv_episode()), '{"scenario": 1}',
+                              json.dumps(openenv_episode(task_idx=3))]) + "\n")
+    strict = run_cli("build-dataset", eps, "--output", tmp_path / "ds")
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    assert "eps.jsonl:2: scenario: expected a string, got an integer" in strict.stderr
+
+    lenient = run_cli("build-dataset", eps, "--output", tmp_path / "ds", "--skip-invalid")
+    assert lenient.returncode == 0, lenient.stderr
+    assert "built 2 episodes" in lenient.stdout and "skipped 1 invalid record" in lenient.stderr
+    (report,) = [json.loads(line) for line in (tmp_path / "ds" / "skipped.jsonl").read_text().splitlines()]
+    assert report["record"] == "2" and report["raw"] == {"scenario": 1}
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    stats = run_cli("stats", tmp_path / "ds", "--tokenizer", tmp_path / "tok", "--json")
+    assert stats.returncode == 0, stats.stderr
+    result = json.loads(stats.stdout)  # stdout holds exactly one JSON object
+    assert result["episodes"] == 2 and set(result["tokens"]) == {"context", "action", "env_output", "warning"}
+    assert result["tokens"]["warning"] > 0  # the fixture carries a harness warning
+
+
+def test_missing_tokenizer_is_a_clean_error(tmp_path):
+    eps = tmp_path / "e.json"
+    eps.write_text(json.dumps(openenv_episode()))
+    r = run_cli("stats", eps, "--tokenizer", tmp_path / "nope")
+    assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr

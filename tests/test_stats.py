@@ -1,0 +1,41 @@
+"""Token accounting per role, checked against counts taken directly from the masks."""
+
+from __future__ import annotations
+
+from conftest import tiny_tokenizer
+from test_awm import openenv_episode
+
+from echo_trl.awm import awm_episode_to_trajectory
+from echo_trl.dataset import build_awm_dataset, trajectories_to_dataset
+from echo_trl.stats import format_stats, token_stats
+from echo_trl.tokenization import tokenize_with_roles
+
+
+def test_counts_match_masks_and_scenarios_split():
+    tok = tiny_tokenizer("qwen2_5")
+    eps = [openenv_episode(), openenv_episode(scenario="other_2", task_idx=1)]
+    ds = trajectories_to_dataset([awm_episode_to_trajectory(e) for e in eps])
+    stats = token_stats(tok, ds)
+    rts = [tokenize_with_roles(tok, row) for row in ds]
+    env = sum(sum(rt.env_output_mask) for rt in rts)
+    act = sum(sum(rt.action_mask) for rt in rts)
+    assert stats["tokens"]["env_output"] == env and stats["tokens"]["action"] == act
+    assert stats["total_tokens"] == sum(len(rt) for rt in rts)
+    assert abs(stats["env_share_of_learnable"] - env / (env + act)) < 1e-12
+    assert set(stats["by_scenario"]) == {"shop_1", "other_2"}
+    assert stats["by_scenario"]["shop_1"]["tokens"]["env_output"] == sum(rts[0].env_output_mask)
+    assert "env share of learnable tokens" in format_stats(stats)
+
+
+def test_truncation_is_reported():
+    tok = tiny_tokenizer("qwen3")
+    ds = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode())])
+    full = tokenize_with_roles(tok, ds[0])
+    stats = token_stats(tok, ds, max_length=full.message_token_spans[1][1])
+    assert stats["truncated_episodes"] == 1
+    assert stats["truncated_tokens"] == len(full) - full.message_token_spans[1][1]
+
+
+def test_real_episode_is_mostly_env_output(captured_episode):
+    stats = token_stats(tiny_tokenizer("qwen3"), build_awm_dataset([captured_episode]))
+    assert stats["env_share_of_learnable"] > 0.8

@@ -1,0 +1,212 @@
+"""Exact per-token roles, checked against independent expectations for three template families.
+
+Expectations come from outside the code under test: the tokenizer's own ``apply_chat_template``
+and ``__call__`` on the whole text, the message contents, and the tool-call text each template
+family is documented to produce.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from echo_trl.awm import load_awm_episodes
+from echo_trl.errors import TemplateError
+from echo_trl.roles import Trajectory, tool_call
+from echo_trl.tokenization import (
+    ACTION,
+    ENV_OUTPUT,
+    WARNING,
+    WARNING_SEPARATOR,
+    TruncationError,
+    tokenize_batch,
+    tokenize_with_roles,
+)
+
+
+def make_trajectory(outputs, *, warnings=None, args=None, tools=("lookup", "update")) -> Trajectory:
+    completion, warns = [], []
+    for i, out in enumerate(outputs):
+        completion.append({"role": "assistant", "content": "",
+                           "tool_calls": [tool_call(tools[i % len(tools)], (args or {}).get(i, {"id": i}))]})
+        completion.append({"role": "tool", "name": tools[i % len(tools)], "content": out})
+        warns += [[], (warnings or {}).get(i, [])]
+    return Trajectory(
+        prompt=[{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Do the task."}],
+        completion=completion, warnings=warns, reward=1.0, scenario="s", task_idx=0,
+        tools=[{"type": "function", "function": {"name": n, "description": f"{n} things",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+               for n in tools])
+
+
+# Tool outputs chosen to be hard: scaffolding words, quotes/newlines (escaped by Llama's tojson),
+# non-ASCII, an empty output, and text that also appears in the task.
+HARD_OUTPUTS = ['{\n  "user": "assistant",\n  "items": [1, 2]\n}', "user", 'say "hi"\n\tthen\\stop', "",
+                "Ünïcödé ✓ 日本", "Do the task."]
+
+
+def expected_tool_call_text(family: str, name: str, args: dict) -> str:
+    """How each family's template renders one tool call (from the templates' documentation)."""
+    if family == "llama3_1":
+        return '{"name": "' + name + '", "parameters": ' + json.dumps(args) + "}<|eot_id|>"
+    return '<tool_call>\n{"name": "' + name + '", "arguments": ' + json.dumps(args) + "}\n</tool_call><|im_end|>"
+
+
+def rendered_content(family: str, text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1] if family == "llama3_1" else text
+
+
+def decode_role(tok, rt, span, code) -> str:
+    a, b = span
+    return tok.decode([i for i, r in zip(rt.input_ids[a:b], rt.roles[a:b], strict=True) if r == code])
+
+
+def assert_covers(decoded: str, expected: str):
+    """The role's tokens decode to the text, plus at most whitespace merged into its last token."""
+    assert decoded.startswith(expected), (decoded, expected)
+    assert decoded[len(expected):].strip() == "", (decoded, expected)
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_ids_are_the_whole_rendered_text_tokenized_once(family):
+    tok = tiny_tokenizer(family)
+    t = make_trajectory(HARD_OUTPUTS, warnings={1: ["only 2 steps left"]})
+    rt = tokenize_with_roles(tok, t)
+    messages = [*t.prompt, *t.completion]
+    messages[5] = {**messages[5], "content": messages[5]["content"] + WARNING_SEPARATOR + "only 2 steps left"}
+    assert rt.text == tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
+    assert rt.input_ids == tok(rt.text, add_special_tokens=False)["input_ids"]
+    masks = np.array([rt.action_mask, rt.env_output_mask, rt.warning_mask, rt.observation_mask])
+    assert masks.shape[1] == len(rt.input_ids) and masks.sum(axis=0).max() <= 1  # aligned, disjoint
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_decoded_roles_give_back_tool_outputs_calls_and_warnings(family):
+    tok = tiny_tokenizer(family)
+    args = {0: {"query": "blue \"pens\"", "limit": 3}, 2: {}}
+    t = make_trajectory(HARD_OUTPUTS, warnings={2: ["budget low", "second"]}, args=args)
+    rt = tokenize_with_roles(tok, t)
+    for k, msg in enumerate(t.completion):
+        span = rt.message_token_spans[k]
+        if msg["role"] == "assistant":
+            fn = msg["tool_calls"][0]["function"]
+            assert decode_role(tok, rt, span, ACTION) == expected_tool_call_text(family, fn["name"], fn["arguments"])
+            assert decode_role(tok, rt, span, ENV_OUTPUT) == ""
+        else:
+            assert_covers(decode_role(tok, rt, span, ENV_OUTPUT), rendered_content(family, msg["content"]))
+            assert decode_role(tok, rt, span, ACTION) == ""
+            warns = t.warnings[k]
+            got = decode_role(tok, rt, span, WARNING)
+            assert got.replace(" ", "") == "".join(rendered_content(family, w) for w in warns).replace(" ", "")
+    # Nothing in the prompt is learnable, and the completion starts with the first action.
+    assert set(rt.roles[:rt.prompt_length].tolist()) <= {0}
+    assert rt.roles[rt.prompt_length] == ACTION
+    gen = tok.apply_chat_template(t.prompt, tokenize=False, add_generation_prompt=True, tools=t.tools)
+    assert tok.decode(rt.input_ids[:rt.prompt_length]) == gen
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_real_awm_episode_roles(family, captured_episode):
+    tok = tiny_tokenizer(family)
+    (t,), _ = load_awm_episodes([captured_episode])
+    rt = tokenize_with_roles(tok, t)
+    assert rt.input_ids == tok(rt.text, add_special_tokens=False)["input_ids"]
+    outputs = [m["content"] for m in t.completion if m["role"] == "tool"]
+    spans = [s for s, m in zip(rt.message_token_spans, t.completion, strict=True) if m["role"] == "tool"]
+    for span, out in zip(spans, outputs, strict=True):
+        assert_covers(decode_role(tok, rt, span, ENV_OUTPUT), rendered_content(family, out))
+    counts = rt.counts()
+    assert counts["env_output"] > counts["action"] > 0
+
+
+def test_world_loss_targets_widen_the_world_mask():
+    tok = tiny_tokenizer("qwen2_5")
+    t = make_trajectory(['{"ok": true}', "done"], warnings={0: ["careful"]})
+    by_target = {tgt: tokenize_with_roles(tok, t, world_loss_target=tgt) for tgt in ("env_only", "observation", "all")}
+    env = np.array(by_target["env_only"].world_mask)
+    obs = np.array(by_target["observation"].world_mask)
+    full = np.array(by_target["all"].world_mask)
+    assert (env == np.array(by_target["env_only"].env_output_mask)).all()
+    assert (env <= obs).all() and (obs <= full).all() and env.sum() < obs.sum() < full.sum()
+    rt = by_target["observation"]
+    wrapper = tok.decode([i for i, m in zip(rt.input_ids, rt.observation_mask, strict=True) if m])
+    assert "<tool_response>" in wrapper and "</tool_response>" in wrapper
+    assert "<|im_start|>assistant" not in wrapper  # the next generation prompt is not observation
+    assert tok.decode([i for i, m in zip(rt.input_ids, by_target["all"].world_mask, strict=True) if m]).count("careful") == 1
+    with pytest.raises(ValueError, match="world_loss_target"):
+        tokenize_with_roles(tok, t, world_loss_target="everything")
+
+
+def test_zero_env_tokens_is_fine():
+    tok = tiny_tokenizer("qwen3")
+    rt = tokenize_with_roles(tok, make_trajectory(["", ""]))
+    assert sum(rt.env_output_mask) == 0 and sum(rt.action_mask) > 0
+
+
+def test_batch_equals_one_by_one_and_dataset_rows_equal_trajectories():
+    from echo_trl.dataset import trajectory_to_row
+
+    tok = tiny_tokenizer("qwen3")
+    ts = [make_trajectory(HARD_OUTPUTS[:k + 1]) for k in range(4)]
+    batch = tokenize_batch(tok, [trajectory_to_row(t) for t in ts])
+    for t, rt in zip(ts, batch, strict=True):
+        single = tokenize_with_roles(tok, t)
+        assert rt.input_ids == single.input_ids and (rt.roles == single.roles).all()
+
+
+def test_template_problems_are_clear_errors():
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer("qwen2_5")
+    tok.chat_template = None
+    with pytest.raises(TemplateError, match="no chat template"):
+        tokenize_with_roles(tok, make_trajectory(["x"]))
+    # A ChatML template without tool support: assistant tool calls are not rendered.
+    tok.chat_template = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+                         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    with pytest.raises(TemplateError, match="does not render assistant tool_calls"):
+        tokenize_with_roles(tok, make_trajectory(["x"]))
+    tok.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    with pytest.raises(TemplateError, match="no generation prompt"):
+        tokenize_with_roles(tok, make_trajectory(["x"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Truncation (property test)
+
+outputs_strategy = st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                                    max_size=40), min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(outputs=outputs_strategy, family=st.sampled_from(TEMPLATE_FAMILIES), slack=st.integers(0, 400))
+def test_truncation_cuts_at_message_ends_and_keeps_masks_aligned(outputs, family, slack):
+    tok = tiny_tokenizer(family)
+    t = make_trajectory(outputs, warnings={0: ["warn"]})
+    full = tokenize_with_roles(tok, t)
+    max_length = full.prompt_length + slack
+    if max_length >= len(full):
+        return
+    cut = tokenize_with_roles(tok, t, max_length=max_length)
+    n = len(cut.input_ids)
+    assert n <= max_length and len(cut.roles) == n
+    assert cut.input_ids == full.input_ids[:n] and (cut.roles == full.roles[:n]).all()
+    assert cut.truncated_tokens == len(full) - n
+    kept = len(cut.message_token_spans)
+    assert cut.truncated_messages == len(t.completion) - kept
+    # The cut is exactly at the end of the last kept message: no message is partly kept.
+    assert n == (full.message_token_spans[kept - 1][1] if kept else full.prompt_length)
+    assert cut.input_ids == tok(cut.text, add_special_tokens=False)["input_ids"]
+    if kept < len(t.completion):
+        assert full.message_token_spans[kept][1] > max_length  # the next message would not have fit
+
+
+def test_prompt_longer_than_max_length_is_an_error():
+    tok = tiny_tokenizer("qwen3")
+    with pytest.raises(TruncationError, match="prompt alone"):
+        tokenize_with_roles(tok, make_trajectory(["x"]), max_length=5)
