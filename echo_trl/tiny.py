@@ -52,6 +52,13 @@ _BASE_CORPUS = [
 ]
 
 
+#: The pre-tokenization regex of the Qwen2/Qwen3 and Llama-3 tokenizers (Llama-3 groups digits by
+#: three; the difference does not matter here). Using it makes BPE merges cross the same
+#: boundaries as in the real tokenizers, e.g. a JSON ``}`` merging with the newline after it.
+PRETOKENIZE_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                       r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
 def trl_chat_template(name: str) -> str:
     """The exact text of one of TRL's bundled chat templates (e.g. ``"qwen3"``)."""
     return (resources.files("trl") / "chat_templates" / f"{name}.jinja").read_text(encoding="utf-8")
@@ -59,14 +66,16 @@ def trl_chat_template(name: str) -> str:
 
 def build_tiny_tokenizer(family: str = "qwen3", corpus: Iterable[str] = (), vocab_size: int = 1024):
     """A byte-level BPE tokenizer with a real TRL chat template, trained locally on ``corpus``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     if family not in FAMILIES:
         raise ValueError(f"unknown template family {family!r}; choose one of {', '.join(FAMILIES)}")
     fam = FAMILIES[family]
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(fam.special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

@@ -29,7 +29,7 @@ import numpy as np
 
 from .dataset import row_to_trajectory
 from .errors import EchoTrlError, TemplateError
-from .roles import WORLD_LOSS_TARGETS, Role, Trajectory
+from .roles import WORLD_LOSS_TARGETS, Role, Trajectory, tool_call
 
 #: Char/token role codes (also the values of :attr:`RoleTokens.roles`).
 CONTEXT, ACTION, ENV_OUTPUT, WARNING, OBSERVATION = 0, 1, 2, 3, 4
@@ -113,6 +113,7 @@ def world_codes(target: str) -> tuple[int, ...]:
 class TemplateInfo:
     generation_prompt: str  # what add_generation_prompt appends: the assistant turn header
     end_markers: tuple[str, ...]  # tokens that end a generated turn
+    tool_content: str | None  # "verbatim" | "escaped" when tool content is inserted as-is, else None
 
 
 _TEMPLATE_CACHE: dict[tuple[int, str], TemplateInfo] = {}
@@ -154,9 +155,45 @@ def template_info(tokenizer) -> TemplateInfo:
         markers.add(tokenizer.eos_token)
     if not markers:
         raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
-    info = TemplateInfo(generation_prompt, tuple(sorted(markers, key=len, reverse=True)))
+    info = TemplateInfo(generation_prompt, tuple(sorted(markers, key=len, reverse=True)),
+                        _tool_content_mode(tokenizer))
     _TEMPLATE_CACHE[key] = info
     return info
+
+
+def _tool_content_mode(tokenizer) -> str | None:
+    """How the template inserts tool content, if it does so independently of the value.
+
+    Two unlike contents are rendered; if both come out verbatim (or both JSON-escaped), a tool
+    message's text can be spliced into a probe render instead of rendering twice.
+    """
+    modes = set()
+    for content in (' A"b\n\\c\t ', '\n{"k": "v"}\n'):  # unlike, and both change when escaped
+        convo = [{"role": "user", "content": "x"},
+                 {"role": "assistant", "content": "", "tool_calls": [tool_call("f", {})]},
+                 {"role": "tool", "name": "f", "content": content}]
+        try:
+            text = _render(tokenizer, convo, None)
+        except TemplateError:
+            return None
+        modes.add("verbatim" if content in text else "escaped" if _escaped(content) in text else None)
+    return modes.pop() if len(modes) == 1 else None
+
+
+#: Tokenizers whose splice-instead-of-render result was checked against a real render.
+_SPLICE_CHECKED: dict[tuple[int, str], bool] = {}
+
+
+def _splice(probe_text: str, contents: dict[int, str], mode: str) -> str:
+    """The probe render with each probe replaced by its tool content as the template renders it."""
+    out, last = [], 0
+    for i in sorted(contents):
+        probe = _PROBE.format(i)
+        at = probe_text.find(probe, last)
+        out += [probe_text[last:at], _escaped(contents[i]) if mode == "escaped" else contents[i]]
+        last = at + len(probe)
+    out.append(probe_text[last:])
+    return "".join(out)
 
 
 def _find_end(text: str, start: int, markers: tuple[str, ...]) -> int:
@@ -202,24 +239,35 @@ def layout(tokenizer, trajectory: Trajectory) -> _Layout:
     tools = trajectory.tools or None
     pieces = {i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
               for i, m in enumerate(completion) if m["role"] == "tool"}
-    real = [*prompt, *[({**m, "content": "".join(p for _, p in pieces[i])} if i in pieces else m)
-                       for i, m in enumerate(completion)]]
-    text = _render(tokenizer, real, tools)
-    roles = np.zeros(len(text), dtype=np.int8)
+    contents = {i: "".join(p for _, p in pieces[i]) for i in pieces}
+    real = [*prompt, *[({**m, "content": contents[i]} if i in pieces else m) for i, m in enumerate(completion)]]
+    if not pieces:
+        text = _render(tokenizer, real, tools)
 
-    # Where each tool message's content lands: render once more with probes in its place.
+    # Where each tool message's content lands: a render with probes in its place. Rendering the
+    # real conversation as well is needed only when the template does not insert tool content
+    # as-is (checked once per tokenizer against a real render, then spliced).
     starts: dict[int, tuple[int, bool]] = {}
     if pieces:
         probed = [*prompt, *[({**m, "content": _PROBE.format(i)} if i in pieces else m)
                              for i, m in enumerate(completion)]]
         probe_text = _render(tokenizer, probed, tools)
+        for i in pieces:
+            at = probe_text.find(_PROBE.format(i))
+            if at == -1 or probe_text.find(_PROBE.format(i), at + 1) != -1:
+                raise TemplateError("chat template does not render each tool message's content exactly once")
+        key = (id(tokenizer), info.generation_prompt)
+        if info.tool_content and _SPLICE_CHECKED.get(key):
+            text = _splice(probe_text, contents, info.tool_content)
+        else:
+            text = _render(tokenizer, real, tools)
+            if info.tool_content and key not in _SPLICE_CHECKED:
+                _SPLICE_CHECKED[key] = _splice(probe_text, contents, info.tool_content) == text
         shift = 0
         for i in sorted(pieces):
             probe = _PROBE.format(i)
             at = probe_text.find(probe)
-            if at == -1 or probe_text.find(probe, at + 1) != -1:
-                raise TemplateError("chat template does not render each tool message's content exactly once")
-            full = "".join(p for _, p in pieces[i])
+            full = contents[i]
             pos = at + shift
             if text.startswith(full, pos):
                 escaped = False
@@ -232,6 +280,7 @@ def layout(tokenizer, trajectory: Trajectory) -> _Layout:
             shift += len(_escaped(full) if escaped else full) - len(probe)
         if len(probe_text) + shift != len(text):
             raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
+    roles = np.zeros(len(text), dtype=np.int8)
 
     gen = info.generation_prompt
     cursor = 0

@@ -61,6 +61,13 @@ def rendered_content(family: str, text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1] if family == "llama3_1" else text
 
 
+def expected_text(tok, t: Trajectory) -> str:
+    """The template's own render of the conversation, warnings appended to their tool message."""
+    messages = [*t.prompt, *[{**m, "content": m["content"] + "".join(WARNING_SEPARATOR + w for w in warns)}
+                             for m, warns in zip(t.completion, t.warnings, strict=True)]]
+    return tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
+
+
 def decode_role(tok, rt, span, code) -> str:
     a, b = span
     return tok.decode([i for i, r in zip(rt.input_ids[a:b], rt.roles[a:b], strict=True) if r == code])
@@ -79,7 +86,7 @@ def test_ids_are_the_whole_rendered_text_tokenized_once(family):
     rt = tokenize_with_roles(tok, t)
     messages = [*t.prompt, *t.completion]
     messages[5] = {**messages[5], "content": messages[5]["content"] + WARNING_SEPARATOR + "only 2 steps left"}
-    assert rt.text == tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
+    assert rt.text == tok.apply_chat_template(messages, tools=t.tools, tokenize=False) == expected_text(tok, t)
     assert rt.input_ids == tok(rt.text, add_special_tokens=False)["input_ids"]
     masks = np.array([rt.action_mask, rt.env_output_mask, rt.warning_mask, rt.observation_mask])
     assert masks.shape[1] == len(rt.input_ids) and masks.sum(axis=0).max() <= 1  # aligned, disjoint
@@ -189,6 +196,7 @@ def test_truncation_cuts_at_message_ends_and_keeps_masks_aligned(outputs, family
     tok = tiny_tokenizer(family)
     t = make_trajectory(outputs, warnings={0: ["warn"]})
     full = tokenize_with_roles(tok, t)
+    assert full.text == expected_text(tok, t)  # also after the first call, when tool text is spliced
     max_length = full.prompt_length + slack
     if max_length >= len(full):
         return

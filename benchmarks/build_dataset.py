@@ -1,0 +1,157 @@
+"""Build + tokenize throughput: exact whole-conversation tokenization vs per-segment (the seeds' way).
+
+Episodes are AWM-size: the real captured e_commerce_33 episode with full tool schemas built
+from that scenario's AWM-1K API spec (from ../shared/data when present), else a synthetic
+episode of the same shape (39 tools, 6 steps). Each episode gets distinct ids/text in its
+outputs so nothing is trivially repeated except what AWM repeats: the scenario's tool preamble.
+
+Per-segment tokenization cuts the rendered text at role boundaries and tokenizes each piece
+alone; it is timed on the same episodes and its ids are compared with the exact ones (drift).
+
+    python benchmarks/build_dataset.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
+
+from common import SHARED_DATA, alternate, median, parser, report  # noqa: E402
+
+from echo_trl.dataset import build_awm_dataset, row_to_trajectory  # noqa: E402
+from echo_trl.tiny import build_tiny_tokenizer  # noqa: E402
+from echo_trl.tokenization import layout, tokenize_batch  # noqa: E402
+
+
+def spec_tools(scenario: str) -> list[dict] | None:
+    """MCP tool objects (name, description, inputSchema) from an AWM-1K API spec, if available."""
+    path = SHARED_DATA / "awm1k_samples" / "gen_spec.jsonl"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        spec = json.loads(line)
+        if spec["scenario"] != scenario:
+            continue
+        tools = []
+        for group in spec["api_spec"]["api_groups"]:
+            for ep in group["endpoints"]:
+                params = ep.get("request_params") or {}
+                tools.append({"name": ep["operation_id"], "description": ep.get("description") or ep.get("summary", ""),
+                              "inputSchema": {"type": "object", "required": [k for k, v in params.items() if v.get("required")],
+                                              "properties": {k: {"type": {"float": "number"}.get(v["type"], v["type"]),
+                                                                 "description": v.get("description", "")}
+                                                             for k, v in params.items()}}})
+        return tools
+    return None
+
+
+def synthetic_episode(rng: random.Random) -> dict:
+    tools = [{"name": f"tool_{i}", "description": f"Operation {i} on the shop's records, with filters and paging. " * 3,
+              "inputSchema": {"type": "object", "required": ["id"], "properties": {
+                  f"param_{j}": {"type": "string", "description": f"Filter number {j} of tool {i}."} for j in range(6)}}}
+             for i in range(39)]
+    steps = [{"action": {"tool_name": f"tool_{rng.randrange(39)}", "arguments": {"id": rng.randrange(100)}},
+              "observation": {"tool_result": json.dumps({"items": [{"id": k, "title": f"Item {k}", "price": k * 1.5,
+                                                                    "created_at": "2026-06-15T03:51:08"} for k in range(12)]},
+                                                        indent=2)}} for _ in range(6)]
+    return {"scenario": "synthetic_1", "task": "Find the item and add it to the cart.", "task_idx": 0,
+            "tools": tools, "steps": steps, "reward": 1.0}
+
+
+def base_episode() -> tuple[dict, str]:
+    captured = SHARED_DATA / "awm_episodes" / "e_commerce_33_task0_captured.json"
+    tools = spec_tools("e_commerce_33")
+    if captured.exists() and tools:
+        ep = json.loads(captured.read_text())
+        ep["tools"] = tools
+        return ep, "real e_commerce_33 episode + its AWM-1K tool schemas"
+    return synthetic_episode(random.Random(0)), "synthetic AWM-shaped episode (../shared/data absent)"
+
+
+def variants(ep: dict, n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        e = copy.deepcopy(ep)
+        e["task_idx"] = i % 10
+        e["reward"] = float(i % 3 == 0)
+        for s in e["steps"]:
+            obs = s["observation"]
+            for key in ("tool_result", "error"):
+                if isinstance(obs.get(key), str):
+                    obs[key] = obs[key].replace('"id": 1', f'"id": {1000 + i}')
+        out.append(e)
+    return out
+
+
+def per_segment_ids(tokenizer, trajectory) -> list[int]:
+    """The seeds' way: tokenize each role segment of the rendered text on its own, concatenate."""
+    lay = layout(tokenizer, trajectory)
+    roles = lay.char_roles
+    cuts = [0, *[i for i in range(1, len(roles)) if roles[i] != roles[i - 1]], len(roles)]
+    pieces = [lay.text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    enc = tokenizer(pieces, add_special_tokens=False)["input_ids"]
+    return [t for ids in enc for t in ids]
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    n = 64 if args.quick else 256
+    repeats = 3 if args.quick else 5
+    ep, source = base_episode()
+    eps = variants(ep, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "episodes.jsonl"
+        path.write_text("\n".join(json.dumps(e) for e in eps) + "\n")
+        corpus = [json.dumps(ep)] * 2
+        tokenizer = build_tiny_tokenizer("qwen3", corpus, vocab_size=16384)
+        ds = build_awm_dataset([path])
+        rows = list(ds)
+        trajectories = [row_to_trajectory(r) for r in rows]
+
+        def exact():
+            return tokenize_batch(tokenizer, build_awm_dataset([path]).to_list())
+
+        def per_segment():
+            data = build_awm_dataset([path])
+            return [per_segment_ids(tokenizer, row_to_trajectory(r)) for r in data]
+
+        times = alternate({"exact": exact, "per_segment": per_segment}, repeats)
+        exact_out = tokenize_batch(tokenizer, rows)
+        seg_out = [per_segment_ids(tokenizer, t) for t in trajectories]
+        drift = sum(a.input_ids != b for a, b in zip(exact_out, seg_out, strict=True))
+        tokens = sum(len(r) for r in exact_out)
+        t0 = time.perf_counter()
+        build_awm_dataset([path])
+        build_only = time.perf_counter() - t0
+
+    chars = len(exact_out[0].text)
+    res = {
+        "episodes": n, "source": source, "chars_per_episode": chars, "tokens_per_episode": tokens / n,
+        "cores": os.cpu_count(),
+        "exact_episodes_per_s": n / median(times["exact"]),
+        "exact_tokens_per_s": tokens / median(times["exact"]),
+        "per_segment_episodes_per_s": n / median(times["per_segment"]),
+        "exact_over_per_segment_time": median(times["exact"]) / median(times["per_segment"]),
+        "per_segment_episodes_with_drift": drift,
+        "build_only_episodes_per_s": n / build_only,
+    }
+    print(f"{n} episodes ({source}), {chars} chars / {tokens // n} tokens each, {os.cpu_count()} cores")
+    report([("exact (whole text, roles by offsets)", f"{res['exact_episodes_per_s']:.0f}",
+             f"{res['exact_tokens_per_s']:.0f}", "0"),
+            ("per segment (seeds' way)", f"{res['per_segment_episodes_per_s']:.0f}",
+             f"{tokens / median(times['per_segment']):.0f}", str(drift))],
+           ("build + tokenize", "episodes/s", "tokens/s", "episodes with drifted ids"), res, args)
+    print(f"time ratio exact / per-segment: {res['exact_over_per_segment_time']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
