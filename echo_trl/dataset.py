@@ -62,7 +62,15 @@ def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _message_from_row(message: dict[str, Any]) -> dict[str, Any]:
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[str, Any]:
+    if message.get("role") not in CHAT_ROLES:
+        raise DatasetSchemaError(f"{field}.role: unknown role {message.get('role')!r} "
+                                 f"(expected one of {', '.join(CHAT_ROLES)})")
+    if not isinstance(message.get("content") or "", str):
+        raise DatasetSchemaError(f"{field}.content: expected a string")
     out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
     if message.get("name") is not None:
         out["name"] = message["name"]
@@ -99,9 +107,9 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     missing = [c for c in ("prompt", "completion") if c not in row]
     if missing:
         raise DatasetSchemaError(f"row is missing column(s) {', '.join(missing)}")
-    completion = [_message_from_row(m) for m in row["completion"]]
+    completion = [_message_from_row(m, f"completion[{i}]") for i, m in enumerate(row["completion"])]
     return Trajectory(
-        prompt=[_message_from_row(m) for m in row["prompt"]],
+        prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
         tools=[_json_object(t) for t in row.get("tools") or []],
         warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .errors import EchoTrlError
 from .progress import progress
 from .tokenization import RoleTokens, tokenize_batch
 
@@ -36,7 +37,15 @@ def token_stats(tokenizer, dataset, *, max_length: int | None = None, batch_size
     for start in progress(range(0, n, batch_size), desc="tokenizing", unit="batch",
                           total=(n + batch_size - 1) // batch_size, enable=show_progress):
         rows = dataset.select(range(start, min(start + batch_size, n)))
-        results: list[RoleTokens] = tokenize_batch(tokenizer, list(rows), max_length=max_length)
+        try:
+            results: list[RoleTokens] = tokenize_batch(tokenizer, list(rows), max_length=max_length)
+        except EchoTrlError:  # find the row, so the message can name it
+            for i, row in enumerate(rows):
+                try:
+                    tokenize_batch(tokenizer, [row], max_length=max_length)
+                except EchoTrlError as exc:
+                    raise type(exc)(f"row {start + i}: {exc}") from None
+            raise
         for row, rt in zip(rows, results, strict=True):
             counts = rt.counts()
             scen = row["scenario"]

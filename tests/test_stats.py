@@ -39,3 +39,17 @@ def test_truncation_is_reported():
 def test_real_episode_is_mostly_env_output(captured_episode):
     stats = token_stats(tiny_tokenizer("qwen3"), build_awm_dataset([captured_episode]))
     assert stats["env_share_of_learnable"] > 0.8
+
+
+def test_bad_row_is_named_by_index():
+    import pytest
+
+    from echo_trl.errors import DatasetSchemaError
+
+    tok = tiny_tokenizer("qwen3")
+    rows = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode())] * 3).to_list()
+    rows[2]["completion"][1]["role"] = "robot"
+    from datasets import Dataset
+
+    with pytest.raises(DatasetSchemaError, match=r"row 2: completion\[1\]\.role: unknown role 'robot'"):
+        token_stats(tok, Dataset.from_list(rows))
