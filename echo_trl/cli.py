@@ -10,6 +10,7 @@ traceback); 2 bad input or usage (the message says which file/record/field); 130
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from .errors import EchoTrlError
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except EchoTrlError as exc:
         print(f"echo-trl {name}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `echo-trl stats ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"echo-trl {name}: interrupted", file=sys.stderr)
         return 130

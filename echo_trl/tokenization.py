@@ -452,3 +452,30 @@ def _truncate(tokens: RoleTokens, token_ends: list[int], lay: _Layout, max_lengt
         tokens.input_ids[:cut], tokens.roles[:cut].copy(), tokens.prompt_length, tokens.world_loss_target,
         truncated_tokens=len(tokens.input_ids) - cut, truncated_messages=len(token_ends) - keep,
         text=lay.text[:char_cut], message_token_spans=tokens.message_token_spans[:keep])
+
+
+_ROLE_NAMES = {CONTEXT: "context", ACTION: "action", ENV_OUTPUT: "env_output", WARNING: "warning",
+               OBSERVATION: "observation"}
+
+
+def annotate_roles(tokenizer, tokens: RoleTokens, *, hide_context_over: int | None = 400) -> str:
+    """The decoded conversation with each run of same-role tokens wrapped in ``[role]...[/role]``.
+
+    Context runs longer than ``hide_context_over`` characters (tool schemas) are elided, so a
+    person can check at a glance which tokens each loss trains on.
+    """
+    out, start = [], 0
+    roles = tokens.roles
+    for i in range(1, len(roles) + 1):
+        if i == len(roles) or roles[i] != roles[start]:
+            text = tokenizer.decode(tokens.input_ids[start:i])
+            code = int(roles[start])
+            if code == CONTEXT:
+                if hide_context_over is not None and len(text) > hide_context_over:
+                    half = hide_context_over // 2
+                    text = f"{text[:half]}[... {len(text) - 2 * half} characters ...]{text[-half:]}"
+                out.append(text)
+            else:
+                out.append(f"[{_ROLE_NAMES[code]}]{text}[/{_ROLE_NAMES[code]}]")
+            start = i
+    return "".join(out)

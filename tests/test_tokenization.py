@@ -218,3 +218,19 @@ def test_prompt_longer_than_max_length_is_an_error():
     tok = tiny_tokenizer("qwen3")
     with pytest.raises(TruncationError, match="prompt alone"):
         tokenize_with_roles(tok, make_trajectory(["x"]), max_length=5)
+
+
+def test_annotation_marks_exactly_the_learnable_text():
+    from echo_trl.tokenization import annotate_roles
+
+    tok = tiny_tokenizer("qwen2_5")
+    t = make_trajectory(['{"ok": true}', "not found"], warnings={1: ["hurry"]})
+    rt = tokenize_with_roles(tok, t)
+    shown = annotate_roles(tok, rt, hide_context_over=None)
+    import re
+
+    envs = re.findall(r"\[env_output\](.*?)\[/env_output\]", shown, flags=re.S)
+    assert [e.rstrip() for e in envs] == ['{"ok": true}', "not found"]
+    assert re.findall(r"\[warning\](.*?)\[/warning\]", shown) == ["hurry"]
+    plain = re.sub(r"\[/?(action|env_output|warning|observation)\]", "", shown)
+    assert plain == tok.decode(rt.input_ids)  # the markers add nothing and lose nothing
