@@ -1,0 +1,43 @@
+"""Run Agent World Model (AWM) scenarios locally: data, contained server, MCP, verifier, episodes.
+
+One module per job::
+
+    scenario.py     gen_*.jsonl (directory or Hub cache) -> Scenario; ScenarioError names the field
+    database.py     schema + samples -> SQLite; snapshot / restore with the backup API
+    sandbox.py      containment for generated code (detect, apply, report) + process cleanup
+    server.py       the generated FastAPI app + fastapi-mcp on a Unix socket, in the sandbox
+    mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)
+    verifier.py     code verifiers in a short-lived sandboxed process -> reward
+    episode.py      AWMRuntime (one live scenario) and Episode (steps in the OpenEnv capture shape)
+    policy.py       replay scripts and model policies for ``echo-trl capture``
+    environment.py  TRL ``environment_factory`` (online GRPO / ECHO)
+    openenv.py      client for an upstream OpenEnv ``agent_world_model_env`` server
+
+Heavy imports happen on first use of a name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ScenarioSource": "scenario", "Scenario": "scenario", "ScenarioError": "scenario", "HUB_REPO_ID": "scenario",
+    "build_database": "database", "copy_database": "database",
+    "detect_containment": "sandbox", "Containment": "sandbox",
+    "ScenarioServer": "server", "MCPSession": "mcp_client",
+    "run_verifier": "verifier", "RewardConfig": "verifier", "VerifierConfigError": "verifier",
+    "AWMRuntime": "episode", "Episode": "episode",
+    "ReplayPolicy": "policy", "ModelPolicy": "policy", "PolicyError": "policy",
+    "awm_environment_factory": "environment", "awm_task_dataset": "environment",
+    "close_environments": "environment", "AWMEnvironment": "environment",
+    "OpenEnvAWMClient": "openenv", "capture_openenv_episode": "openenv",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,368 @@
+"""A running AWM scenario (:class:`AWMRuntime`) and its episodes (:class:`Episode`).
+
+The runtime owns one temp directory, the SQLite database built from schema + samples, its
+initial snapshot, and one contained scenario server. Episodes reuse the server: ``new_episode``
+restores the live database from the snapshot (SQLite backup API, milliseconds) and opens a
+fresh MCP session. Every step becomes an observation in the OpenEnv capture shape that
+``echo_trl.awm.load_awm_episodes`` reads::
+
+    {"action": {"tool_name": str, "arguments": dict},
+     "observation": {"tool_name", "tool_result" | "error" | "verify_result", "warning",
+                     "reward_type", "done", "metadata"}}
+
+``reward_type`` per step: ``tool_call_ok``; ``tool_not_found`` / ``invalid_args`` (format
+errors, AWM reward -1.0); ``tool_error`` (the tool refused, e.g. 404); ``timeout`` /
+``server_error`` (the environment failed: the episode ends); for the final ``verify`` step the
+verifier's outcome (``complete``, ``others``, ``incomplete``, ``judge_error``, ``no_verifier``).
+
+Cleanup is unconditional: ``close()`` (also via ``with``, ``atexit`` and garbage collection)
+kills the server's process group and removes the temp directory, whatever happened.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from . import sandbox
+from .database import BuildReport, build_database, copy_database
+from .mcp_client import MCPError, MCPSession
+from .scenario import Scenario, ScenarioError
+from .server import ScenarioServer
+from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
+
+FORMAT_ERRORS = ("tool_not_found", "invalid_args")
+ENV_FAILURES = ("timeout", "server_error")
+_STATUS = re.compile(r"Status code: (\d{3})")
+
+
+def classify_tool_error(text: str, *, known_tool: bool) -> str:
+    """reward_type of a tool call MCP reported as an error."""
+    if not known_tool or text.startswith("Unknown tool"):
+        return "tool_not_found"
+    if text.startswith("Input validation error") or "validation error" in text.lower()[:200]:
+        return "invalid_args"
+    m = _STATUS.search(text[:300])
+    if m:
+        code = int(m.group(1))
+        if code == 422:
+            return "invalid_args"
+        if code >= 500:
+            return "server_error"
+        return "tool_error"
+    if "timed out" in text.lower()[:300]:
+        return "timeout"
+    return "tool_error"
+
+
+def remove_stale_dirs() -> list[str]:
+    """Remove runtime dirs left by processes that were SIGKILLed (their servers died with them)."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob("echo_trl_awm_*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
+_runtimes: weakref.WeakSet[AWMRuntime] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for rt in list(_runtimes):
+        rt.close()
+
+
+class AWMRuntime:
+    """One live scenario: database + snapshot + server in a private temp dir.
+
+    Use as a context manager (or call :meth:`close`). ``timings`` records measured seconds:
+    ``db_build``, ``server_start``, and the last ``reset`` / ``connect`` / ``verify``.
+    """
+
+    def __init__(self, scenario: Scenario, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
+                 verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
+                 format_error_ends_episode: bool = True, containment: sandbox.Containment | None = None,
+                 keep_dir: bool = False):
+        self.scenario = scenario
+        self.tool_timeout, self.verifier_timeout = tool_timeout, verifier_timeout
+        self.verifier_mode, self.judge = verifier_mode, judge
+        self.rewards = rewards or RewardConfig()
+        self.format_error_ends_episode = format_error_ends_episode
+        self.containment = containment or sandbox.detect_containment()
+        self.keep_dir = keep_dir
+        self.root: Path | None = None
+        self.server: ScenarioServer | None = None
+        self.tools: list[dict[str, Any]] = []
+        self.build_report: BuildReport | None = None
+        self.timings: dict[str, float] = {}
+        self.episodes_started = 0
+        self._episode: Episode | None = None
+        self._lock = threading.RLock()
+        self._closed = False
+        _runtimes.add(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> AWMRuntime:
+        """Build the database, snapshot it, start the server and list its tools."""
+        self.scenario.require("env_code")
+        try:
+            remove_stale_dirs()
+            self.root = Path(tempfile.mkdtemp(prefix=f"echo_trl_awm_{self.scenario.name[:40]}_"))
+            os.chmod(self.root, 0o755)  # a non-root sandbox user must reach its own subdirectories
+            (self.root / "owner.pid").write_text(str(os.getpid()))
+            for sub in ("server", "snapshot", "verify"):
+                (self.root / sub).mkdir()
+            t0 = time.perf_counter()
+            self.build_report = build_database(self.scenario, self.live_db)
+            copy_database(self.live_db, self.initial_db)
+            os.chmod(self.initial_db, 0o444)
+            self.timings["db_build"] = time.perf_counter() - t0
+            self._start_server()
+            with self._session() as session:
+                self.tools = session.list_tools()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_server(self) -> None:
+        assert self.root is not None
+        if self.server is not None:
+            self.server.stop()
+        self.server = ScenarioServer(self.scenario, self.root / "server", self.live_db, self.root / "server.log",
+                                     containment=self.containment)
+        self.timings["server_start"] = self.server.start()
+
+    def _session(self) -> MCPSession:
+        assert self.server is not None
+        t0 = time.perf_counter()
+        session = MCPSession(self.server.socket_path, timeout=self.tool_timeout, alive=self.server.alive).open()
+        self.timings["connect"] = time.perf_counter() - t0
+        return session
+
+    @property
+    def live_db(self) -> Path:
+        assert self.root is not None
+        return self.root / "server" / "live.db"
+
+    @property
+    def initial_db(self) -> Path:
+        assert self.root is not None
+        return self.root / "snapshot" / "initial.db"
+
+    def close(self) -> None:
+        """Kill the server (whole process group) and remove the temp dir; idempotent, never raises."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._episode is not None:
+                with contextlib.suppress(Exception):
+                    self._episode.close()
+            if self.server is not None:
+                with contextlib.suppress(Exception):
+                    self.server.stop()
+            if self.root is not None and not self.keep_dir:
+                shutil.rmtree(self.root, ignore_errors=True)
+        _runtimes.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> AWMRuntime:
+        return self.start() if self.server is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort; explicit close() is the contract
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- episodes ----------------------------------------------------------------------------
+
+    def new_episode(self, task_idx: int | None = None, *, task: str | None = None) -> Episode:
+        """Reset the database to the initial snapshot and open a fresh MCP session.
+
+        A server that died since the last episode is restarted (noted in the episode metadata).
+        """
+        with self._lock:
+            if self._closed or self.server is None:
+                raise RuntimeError("the AWM runtime is closed (or was never started)")
+            if self._episode is not None:
+                self._episode.close()
+            if task is None:
+                if task_idx is None:
+                    raise ValueError("give task_idx or task")
+                task = self.scenario.task(task_idx)
+            notes = []
+            if not self.server.alive():
+                notes.append(f"{self.server.exit_description()}; restarted")
+                self._start_server()
+            t0 = time.perf_counter()
+            if self.episodes_started:
+                copy_database(self.initial_db, self.live_db)
+            self.timings["reset"] = time.perf_counter() - t0
+            session = self._session()
+            self.episodes_started += 1
+            self._episode = Episode(self, task, task_idx, session, notes)
+            return self._episode
+
+    def run_verifier(self, task_idx: int | None, *, final_answer: str | None = None, task: str = "",
+                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+        """Verify the live database against the initial snapshot (no verifier -> ``no_verifier``)."""
+        spec = self.scenario.verifier(task_idx, self.verifier_mode) if task_idx is not None else None
+        if spec is None:
+            return VerifyOutcome("no_verifier", {"verifier_mode": self.verifier_mode, "result": "others",
+                                                 "execution_status": "error",
+                                                 "error_message": f"no {self.verifier_mode} verifier for task "
+                                                                  f"{task_idx} of scenario {self.scenario.name!r}"})
+        assert self.root is not None
+        work = Path(tempfile.mkdtemp(prefix="v", dir=self.root / "verify"))
+        os.chmod(work, 0o755)
+        try:
+            outcome = run_verifier(spec, self.initial_db, self.live_db, work, final_answer=final_answer,
+                                   timeout=self.verifier_timeout, judge=self.judge, task=task, trajectory=trajectory,
+                                   containment=self.containment)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.timings["verify"] = outcome.seconds
+        return outcome
+
+
+class Episode:
+    """One episode on a runtime; ``steps`` accumulate in the OpenEnv capture shape."""
+
+    def __init__(self, runtime: AWMRuntime, task: str, task_idx: int | None, session: MCPSession,
+                 notes: list[str] | None = None):
+        self.runtime, self.task, self.task_idx, self.session = runtime, task, task_idx, session
+        self.steps: list[dict[str, Any]] = []
+        self.done = False
+        self.reward: float | None = None
+        self.reward_type: str | None = None
+        self.notes = list(notes or [])
+        self.behavior_logprobs: list[float] | None = None
+        self.tool_names = {t["name"] for t in runtime.tools}
+
+    @property
+    def scenario(self) -> str:
+        return self.runtime.scenario.name
+
+    def _record(self, tool_name: str, arguments: Any, observation: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        step = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": observation}
+        if extra:
+            step.update(extra)
+        self.steps.append(step)
+        return observation
+
+    def _end(self, reward_type: str) -> None:
+        self.done = True
+        self.reward_type = reward_type
+        self.reward = self.runtime.rewards.reward(reward_type)
+
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+        """Call one scenario tool over MCP and record the step; returns the observation."""
+        arguments = {} if arguments is None else arguments
+        if self.done:
+            obs = {"tool_name": tool_name, "error": "the episode has ended; start a new episode",
+                   "reward_type": "episode_already_done", "done": True, "metadata": {}}
+            return self._record(tool_name, arguments, obs, extra)
+        t0 = time.perf_counter()
+        known = tool_name in self.tool_names
+        if not isinstance(arguments, dict):
+            obs = {"tool_name": tool_name, "reward_type": "invalid_args", "done": False, "metadata": {},
+                   "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}"}
+            arguments = {"_raw": arguments}
+        else:
+            try:
+                out = self.session.call_tool(tool_name, arguments, timeout=self.runtime.tool_timeout)
+            except MCPError as exc:
+                server = self.runtime.server
+                why = server.exit_description() if server is not None and not server.alive() else ""
+                rt = "timeout" if "timed out" in str(exc) else "server_error"
+                obs = {"tool_name": tool_name, "reward_type": rt, "done": True,
+                       "error": f"environment failure: {exc}" + (f" ({why})" if why else ""),
+                       "metadata": {"server_log_tail": server.log_tail(800) if server is not None else ""}}
+                self._end(rt)
+                obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
+                return self._record(tool_name, arguments, obs, extra)
+            if out.is_error:
+                obs = {"tool_name": tool_name, "error": out.text, "done": False, "metadata": {},
+                       "reward_type": classify_tool_error(out.text, known_tool=known)}
+            else:
+                obs = {"tool_name": tool_name, "tool_result": out.text, "reward_type": "tool_call_ok", "done": False,
+                       "metadata": {}}
+        obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
+        if obs["reward_type"] in FORMAT_ERRORS and self.runtime.format_error_ends_episode:
+            obs["done"] = True
+            self._end(obs["reward_type"])
+        return self._record(tool_name, arguments, obs, extra)
+
+    def verify(self, final_answer: str | None = None) -> dict[str, Any]:
+        """Run the task's verifier on the current database; ends the episode with its reward."""
+        args: dict[str, Any] = {"verifier_mode": self.runtime.verifier_mode}
+        if final_answer is not None:
+            args["final_answer"] = final_answer
+        if self.done:
+            obs = {"tool_name": "verify", "error": "the episode has ended; start a new episode",
+                   "reward_type": "episode_already_done", "done": True, "metadata": {}}
+            return self._record("verify", args, obs)
+        outcome = self.runtime.run_verifier(self.task_idx, final_answer=final_answer, task=self.task,
+                                            trajectory=self.steps)
+        self._end(outcome.reward_type)
+        obs = {"tool_name": "verify", "verify_result": outcome.verify_result, "reward_type": outcome.reward_type,
+               "done": True, "metadata": {"latency_s": round(outcome.seconds, 4)}}
+        return self._record("verify", args, obs)
+
+    def end_without_verifying(self, reason: str = "stopped") -> None:
+        """Stop here with the 'other' reward (e.g. stopping early with verification disabled)."""
+        if not self.done:
+            self._end(reason)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def record(self) -> dict[str, Any]:
+        """The episode in the OpenEnv capture shape (plus provenance under ``metadata``)."""
+        rt = self.runtime
+        record: dict[str, Any] = {
+            "scenario": self.scenario, "task": self.task, "task_idx": self.task_idx if self.task_idx is not None else -1,
+            "tools": rt.tools, "steps": self.steps,
+            "reward": self.reward if self.reward is not None else rt.rewards.other,
+            "reward_type": self.reward_type or "unfinished",
+            "metadata": {"source": "echo-trl capture (local AWM runtime)", "containment": rt.containment.applied(),
+                         "notes": self.notes, "scenario_sources": rt.scenario.sources},
+        }
+        if self.behavior_logprobs is not None:
+            record["behavior_logprobs"] = self.behavior_logprobs
+        return record
+
+
+def start_runtime(scenario: Scenario, **kwargs: Any) -> AWMRuntime:
+    """``AWMRuntime(scenario, **kwargs).start()`` with a scenario-naming error on failure."""
+    try:
+        return AWMRuntime(scenario, **kwargs).start()
+    except ScenarioError:
+        raise
+    except MCPError as exc:
+        raise ScenarioError(f"MCP handshake with the scenario server failed: {exc}", scenario=scenario.name) from None

@@ -1,0 +1,200 @@
+"""A synchronous MCP client session over a Unix socket (the real protocol: ``mcp``'s client).
+
+One :class:`MCPSession` per episode: connect + initialize once, then ``list_tools`` /
+``call_tool``. The asyncio side runs on one shared daemon event-loop thread, so callers (the
+capture loop, TRL's tool loop) stay synchronous. Every call has a deadline and can be abandoned
+early when the server process dies (``alive`` callback), so a crashed or hung server becomes an
+error, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MCP_URL = "http://awm-scenario/mcp"
+
+
+class MCPError(RuntimeError):
+    """The MCP transport failed (server gone, timeout, protocol error): not a tool's own error."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What a tool call returned: ``is_error`` is MCP's ``isError`` (the tool failed), text is its content."""
+
+    text: str
+    is_error: bool
+
+
+class _Loop:
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                loop.set_exception_handler(_quiet_handler)
+                threading.Thread(target=loop.run_forever, name="echo-trl-mcp-loop", daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+def _quiet_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Drop asyncio's noise about futures of sessions abandoned at shutdown; log the rest."""
+    if isinstance(context.get("exception"), asyncio.InvalidStateError | asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
+
+
+def _wait(fut: concurrent.futures.Future, timeout: float, alive: Callable[[], bool] | None, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            fut.cancel()
+            raise MCPError(f"{what} timed out after {timeout:g}s")
+        try:
+            return fut.result(timeout=min(0.1, remaining))
+        except concurrent.futures.TimeoutError:
+            if alive is not None and not alive():
+                fut.cancel()
+                raise MCPError(f"{what} failed: the scenario server exited") from None
+        except concurrent.futures.CancelledError:
+            raise MCPError(f"{what} was cancelled") from None
+
+
+class MCPSession:
+    """An initialized MCP client session to the server listening on ``socket_path``."""
+
+    def __init__(self, socket_path: str, *, timeout: float = 30.0, alive: Callable[[], bool] | None = None):
+        self.socket_path, self.timeout, self.alive = socket_path, timeout, alive
+        self._session = None
+        self._closed: asyncio.Event | None = None
+        self._owner: concurrent.futures.Future | None = None
+        self.loop = _Loop.get()
+
+    # The session lives inside one task (anyio contexts must be exited where they were entered).
+    async def _own(self, ready: asyncio.Future) -> None:
+        import httpx
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        self._closed = asyncio.Event()
+        try:
+            transport = httpx.AsyncHTTPTransport(uds=self.socket_path)
+            async with (httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(self.timeout)) as http,
+                        streamable_http_client(MCP_URL, http_client=http) as (read, write, _),
+                        ClientSession(read, write) as session):
+                await session.initialize()
+                self._session = session
+                ready.set_result(True)
+                await self._closed.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported through `ready` or swallowed at close
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else MCPError(repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._session = None
+
+    def open(self) -> MCPSession:
+        async def start():
+            ready = asyncio.get_running_loop().create_future()
+            self._task = asyncio.ensure_future(self._own(ready))
+            await ready
+
+        fut = asyncio.run_coroutine_threadsafe(start(), self.loop)
+        try:
+            _wait(fut, self.timeout, self.alive, "MCP connect + initialize")
+        except MCPError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            raise MCPError(f"MCP connect + initialize failed: {_describe(exc)}") from None
+        return self
+
+    def _call(self, coro_fn, what: str, timeout: float | None) -> Any:
+        if self._session is None:
+            raise MCPError(f"{what}: the MCP session is not open")
+        session = self._session
+
+        async def run():
+            return await coro_fn(session)
+
+        fut = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        try:
+            return _wait(fut, timeout or self.timeout, self.alive, what)
+        except MCPError:
+            raise
+        except Exception as exc:
+            raise MCPError(f"{what} failed: {_describe(exc)}") from None
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool as a full MCP tool object ``{name, description, inputSchema}``."""
+        async def run(session):
+            tools, cursor = [], None
+            while True:
+                page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+                tools += page.tools
+                cursor = page.nextCursor
+                if not cursor:
+                    return tools
+
+        tools = self._call(run, "tools/list", None)
+        return [{"name": t.name, "description": t.description or "", "inputSchema": t.inputSchema or {}}
+                for t in tools]
+
+    def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float | None = None) -> ToolOutcome:
+        """Call one tool; a tool-level failure is ``is_error=True``, a transport failure raises MCPError."""
+        async def run(session):
+            return await session.call_tool(name, arguments)
+
+        result = self._call(run, f"tools/call {name}", timeout)
+        parts = []
+        for c in result.content:
+            text = getattr(c, "text", None)
+            parts.append(text if isinstance(text, str) else json.dumps(c.model_dump(mode="json"), ensure_ascii=False))
+        return ToolOutcome("\n".join(parts), bool(result.isError))
+
+    def close(self, timeout: float = 3.0) -> None:
+        """End the session (best effort when the server is already gone); never raises."""
+        closed, task = self._closed, getattr(self, "_task", None)
+        self._session = None
+        if closed is not None:
+            self.loop.call_soon_threadsafe(closed.set)
+        if task is not None:
+            async def finish():
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(task), timeout)
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(finish(), self.loop).result(timeout + 2.0)
+        self._closed, self._task = None, None
+
+    def __enter__(self) -> MCPSession:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _describe(exc: BaseException) -> str:
+    inner = getattr(exc, "exceptions", None)  # ExceptionGroup from anyio task groups
+    if inner:
+        return "; ".join(_describe(e) for e in inner)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,191 @@
+"""Capture episodes from a running upstream OpenEnv ``agent_world_model_env`` server.
+
+The upstream server (``meta-pytorch/OpenEnv``, ``envs/agent_world_model_env``) is stateful and
+only speaks OpenEnv's WebSocket protocol at ``/ws`` (its HTTP ``/reset`` and ``/step`` are
+disabled). Messages, as ``openenv.core.EnvClient`` / ``MCPToolClient`` send them::
+
+    -> {"type": "reset", "data": {"scenario": S, "task_idx": K, ...}}
+    -> {"type": "step",  "data": {"type": "list_tools"}}
+    -> {"type": "step",  "data": {"type": "call_tool", "tool_name": T, "arguments": {...}}}
+       (hidden tools: "verify" {verifier_mode, final_answer}, "done" {keep_session})
+    -> {"type": "close"}
+    <- {"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}
+    <- {"type": "error", "data": {"message": ..., "code": ...}}
+
+This client speaks that protocol with ``websockets`` directly instead of importing
+``openenv-core``: openenv-core 0.3.0 requires ``fastmcp>=3`` (which pulls ``mcp`` 2.x, breaking
+fastapi-mcp 0.4.0, plus gradio and openai), so it does not install cleanly next to the local
+runner. Observations are recorded as the server sends them (the OpenEnv capture shape), tools
+as full MCP tool objects, and the same replay / model policies as ``echo-trl capture`` drive it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from ...errors import EchoTrlError
+
+HIDDEN_TOOLS = ("verify", "done", "__list_scenarios__")
+
+
+class OpenEnvError(EchoTrlError):
+    """The OpenEnv server refused a request or could not be reached."""
+
+
+class OpenEnvAWMClient:
+    """A synchronous client for one OpenEnv AWM session (one WebSocket = one server-side environment)."""
+
+    def __init__(self, base_url: str, *, timeout: float = 60.0, max_message_mb: float = 100.0):
+        url = base_url.rstrip("/")
+        for http, ws in (("https://", "wss://"), ("http://", "ws://")):
+            if url.startswith(http):
+                url = ws + url[len(http):]
+        if not url.startswith(("ws://", "wss://")):
+            url = "ws://" + url
+        self.ws_url = url if url.endswith("/ws") else url + "/ws"
+        self.timeout, self.max_size = timeout, int(max_message_mb * 1024 * 1024)
+        self._ws = None
+
+    def connect(self) -> OpenEnvAWMClient:
+        from websockets.sync.client import connect
+
+        try:
+            self._ws = connect(self.ws_url, open_timeout=self.timeout, max_size=self.max_size, proxy=None)
+        except Exception as exc:  # websockets raises many kinds; all mean "cannot reach it"
+            raise OpenEnvError(f"cannot connect to {self.ws_url}: {exc}") from None
+        return self
+
+    def _send(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._ws is None:
+            self.connect()
+        try:
+            self._ws.send(json.dumps(message))
+            reply = json.loads(self._ws.recv(timeout=self.timeout))
+        except TimeoutError:
+            raise OpenEnvError(f"no reply from {self.ws_url} within {self.timeout:g}s") from None
+        except Exception as exc:
+            raise OpenEnvError(f"OpenEnv connection to {self.ws_url} failed: {exc}") from None
+        if reply.get("type") == "error":
+            data = reply.get("data") or {}
+            raise OpenEnvError(f"server error: {data.get('message', 'unknown')} (code {data.get('code', '?')})")
+        return reply.get("data") or {}
+
+    def reset(self, **kwargs: Any) -> dict[str, Any]:
+        """``reset(scenario=..., task_idx=...)``; returns the reset observation (raises on reset_error)."""
+        data = self._send({"type": "reset", "data": kwargs})
+        obs = data.get("observation") or {}
+        if obs.get("reward_type") == "reset_error":
+            raise OpenEnvError(f"reset failed: {obs.get('error')}")
+        return obs
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        obs = self._send({"type": "step", "data": {"type": "list_tools"}}).get("observation") or {}
+        if obs.get("error"):
+            raise OpenEnvError(f"list_tools failed: {obs['error']}")
+        return [{"name": t.get("name", ""), "description": t.get("description", ""),
+                 "inputSchema": t.get("input_schema", t.get("inputSchema", {})) or {}} for t in obs.get("tools", [])]
+
+    def step(self, tool_name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One ``call_tool`` step: ``{"observation": {...}, "reward": r, "done": d}``."""
+        return self._send({"type": "step", "data": {"type": "call_tool", "tool_name": tool_name,
+                                                    "arguments": arguments or {}}})
+
+    def close(self) -> None:
+        if self._ws is not None:
+            with contextlib.suppress(Exception):  # best effort
+                self._ws.send(json.dumps({"type": "close"}))
+            with contextlib.suppress(Exception):
+                self._ws.close()
+            self._ws = None
+
+    def __enter__(self) -> OpenEnvAWMClient:
+        return self.connect()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RemoteEpisode:
+    """An episode on an OpenEnv server with the interface the capture policies drive."""
+
+    def __init__(self, client: OpenEnvAWMClient, scenario: str, task_idx: int, *, verifier_mode: str = "code"):
+        self.client, self.task_idx, self.verifier_mode = client, task_idx, verifier_mode
+        obs = client.reset(scenario=scenario, task_idx=task_idx)
+        self._scenario = obs.get("scenario") or scenario
+        self.task = obs.get("task") or ""
+        tools = client.list_tools()
+        self.runtime = SimpleNamespace(tools=tools)
+        self.steps: list[dict[str, Any]] = []
+        self.done = False
+        self.reward: float | None = None
+        self.reward_type: str | None = None
+        self.notes: list[str] = []
+        self.behavior_logprobs: list[float] | None = None
+
+    @property
+    def scenario(self) -> str:
+        return self._scenario
+
+    def _step(self, tool_name: str, arguments: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = self.client.step(tool_name, arguments)
+        obs = dict(data.get("observation") or {})
+        obs.setdefault("done", bool(data.get("done", False)))
+        obs.setdefault("metadata", {})
+        step = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": obs}
+        if data.get("reward") is not None:
+            step["reward"] = data["reward"]
+        if extra:
+            step.update(extra)
+        self.steps.append(step)
+        return obs, data.get("reward")
+
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+        obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
+        if obs.get("reward_type") in ("tool_not_found", "invalid_args", "invalid_action"):
+            self.done, self.reward_type, self.reward = True, obs["reward_type"], reward
+            obs["done"] = True
+        return obs
+
+    def verify(self, final_answer: str | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"verifier_mode": self.verifier_mode}
+        if final_answer is not None:
+            args["final_answer"] = final_answer
+        obs, reward = self._step("verify", args)
+        self.done, self.reward_type = True, obs.get("reward_type")
+        self.reward = float(reward) if reward is not None else 0.0
+        return obs
+
+    def end_without_verifying(self, reason: str = "stopped") -> None:
+        if not self.done:
+            self.done, self.reward_type, self.reward = True, reason, 0.0
+
+    def close(self) -> None:
+        with contextlib.suppress(OpenEnvError):
+            self.client.step("done", {})
+
+    def record(self) -> dict[str, Any]:
+        record = {"scenario": self.scenario, "task": self.task, "task_idx": self.task_idx, "tools": self.runtime.tools,
+                  "steps": self.steps, "reward": self.reward if self.reward is not None else 0.0,
+                  "reward_type": self.reward_type or "unfinished",
+                  "metadata": {"source": f"OpenEnv agent_world_model_env at {self.client.ws_url}", "notes": self.notes}}
+        if self.behavior_logprobs is not None:
+            record["behavior_logprobs"] = self.behavior_logprobs
+        return record
+
+
+def capture_openenv_episode(base_url: str, scenario: str, task_idx: int, policy: Any, *, episode_index: int = 0,
+                            verifier_mode: str = "code", timeout: float = 60.0) -> dict[str, Any]:
+    """Play one episode on the server at ``base_url`` with ``policy`` (a replay or model policy)."""
+    with OpenEnvAWMClient(base_url, timeout=timeout) as client:
+        episode = RemoteEpisode(client, scenario, task_idx, verifier_mode=verifier_mode)
+        try:
+            policy.play(episode, episode_index)
+            if not episode.done:
+                episode.verify()
+        finally:
+            episode.close()
+        return episode.record()

@@ -1,0 +1,252 @@
+"""Policies that play AWM episodes for ``echo-trl capture``: scripted replay, or a local model.
+
+Replay file format (``--policy replay:FILE``)
+---------------------------------------------
+``.jsonl`` (one scripted episode per line) or ``.json`` (a list of them, or ``{"episodes": [...]}``)::
+
+    {"task_idx": 0,                                   # required: which task this script plays
+     "scenario": "content_platform_1",                # optional: must match the captured scenario
+     "label": "reference",                            # optional: kept in the episode metadata
+     "calls": [{"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
+               {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": 1}}],
+     "final_answer": "Subscribed.",                   # optional: passed to the verifier
+     "verify": true}                                  # optional (default true): end with the verifier
+
+``steps`` is accepted for ``calls`` (``data/awm_scenarios/solutions.jsonl`` uses it), ``tool`` /
+``name`` for ``tool_name`` and ``args`` for ``arguments``. A task may
+have several scripts (e.g. a reference solution and realistic failures); episode *i* of a task
+plays its script ``i mod n``, so ``--episodes N`` gives groups whose rewards differ. A script
+stops early when the environment ends the episode (format error, server failure).
+
+Model policy (``--policy model:PATH``)
+--------------------------------------
+Generates each assistant turn with the model's chat template (tools rendered by the template),
+samples with ``transformers`` ``generate``, parses tool calls the way TRL's ``GRPOTrainer``
+does (``trl.chat_template_utils.add_response_schema`` + ``parse_response``) and records the
+per-token log-probabilities of the sampled tokens under the sampling temperature
+(``log_softmax(logits / T)``, TRL's convention) as ``behavior_logprobs`` (episode level, in
+generation order) and per step under ``policy`` (``text``, ``token_ids``, ``logprobs``). A turn
+without tool calls is the agent's final answer: the verifier runs with it. Several tool calls
+in one turn are executed (and recorded) one step each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import EchoTrlError
+from .episode import Episode
+
+
+class PolicyError(EchoTrlError):
+    """A policy that cannot be loaded (bad replay file, model path ...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Replay
+
+
+@dataclass
+class Script:
+    task_idx: int
+    calls: list[tuple[str, Any]]
+    final_answer: str | None = None
+    verify: bool = True
+    label: str = ""
+    scenario: str | None = None
+    source: str = ""
+
+
+class ReplayPolicy:
+    """Plays scripted tool-call sequences (see the module docstring for the file format)."""
+
+    def __init__(self, scripts: list[Script]):
+        self.scripts = scripts
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ReplayPolicy:
+        path = Path(path)
+        if not path.is_file():
+            raise PolicyError(f"replay file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+        items: list[tuple[str, Any]] = []
+        try:
+            if path.suffix == ".jsonl":
+                items = [(f"{path}:{n}", json.loads(line)) for n, line in enumerate(text.splitlines(), 1)
+                         if line.strip()]
+            else:
+                data = json.loads(text)
+                data = data.get("episodes") if isinstance(data, dict) else data
+                if not isinstance(data, list):
+                    raise PolicyError(f"{path}: expected a list of scripts or {{\"episodes\": [...]}}")
+                items = [(f"{path}:[{i}]", d) for i, d in enumerate(data)]
+        except ValueError as exc:
+            raise PolicyError(f"{path}: invalid JSON: {exc}") from None
+        return cls([_script(src, d) for src, d in items])
+
+    def tasks(self, scenario: str) -> list[int]:
+        return sorted({s.task_idx for s in self.scripts if s.scenario in (None, scenario)})
+
+    def script_for(self, scenario: str, task_idx: int, episode_index: int) -> Script:
+        mine = [s for s in self.scripts if s.task_idx == task_idx and s.scenario in (None, scenario)]
+        if not mine:
+            raise PolicyError(f"the replay file has no script for scenario {scenario!r} task {task_idx}")
+        return mine[episode_index % len(mine)]
+
+    def play(self, episode: Episode, episode_index: int = 0) -> None:
+        script = self.script_for(episode.scenario, episode.task_idx if episode.task_idx is not None else -1,
+                                 episode_index)
+        episode.notes.append(f"replay {script.source}" + (f" ({script.label})" if script.label else ""))
+        for name, args in script.calls:
+            obs = episode.call_tool(name, args)
+            if obs.get("done"):
+                return
+        if script.verify:
+            episode.verify(script.final_answer)
+        else:
+            episode.end_without_verifying("stopped")
+
+
+def _script(source: str, d: Any) -> Script:
+    if not isinstance(d, dict):
+        raise PolicyError(f"{source}: expected an object, got {type(d).__name__}")
+    idx = d.get("task_idx")
+    if not isinstance(idx, int) or isinstance(idx, bool):
+        raise PolicyError(f"{source}: task_idx: expected an integer, got {idx!r}")
+    key = "calls" if "calls" in d else "steps" if "steps" in d else None
+    if key is None:
+        raise PolicyError(f"{source}: calls: missing (a list of tool calls; 'steps' is accepted too)")
+    calls = d[key]
+    if not isinstance(calls, list):
+        raise PolicyError(f"{source}: {key}: expected a list")
+    out = []
+    for i, c in enumerate(calls):
+        if not isinstance(c, dict):
+            raise PolicyError(f"{source}: {key}[{i}]: expected an object")
+        name = c.get("tool_name", c.get("tool", c.get("name")))
+        if not isinstance(name, str) or not name:
+            raise PolicyError(f"{source}: {key}[{i}].tool_name: expected a non-empty string")
+        out.append((name, c.get("arguments", c.get("args", {}))))
+    fa = d.get("final_answer")
+    if fa is not None and not isinstance(fa, str):
+        raise PolicyError(f"{source}: final_answer: expected a string")
+    scenario = d.get("scenario")
+    if scenario is not None and not isinstance(scenario, str):
+        raise PolicyError(f"{source}: scenario: expected a string")
+    return Script(idx, out, fa, bool(d.get("verify", True)), str(d.get("label", "")), scenario, source)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+
+
+def mcp_tool_to_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool object as the OpenAI/chat-template function schema."""
+    return {"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
+                                             "parameters": tool.get("inputSchema") or {"type": "object",
+                                                                                       "properties": {}}}}
+
+
+@dataclass
+class ModelPolicy:
+    """Samples actions from a local causal LM (see the module docstring)."""
+
+    model: Any
+    tokenizer: Any
+    max_steps: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    system_prompt: str | None = None
+    seed: int | None = 0
+    _calls: int = field(default=0, repr=False)
+
+    @classmethod
+    def from_pretrained(cls, path: str, *, trust_remote_code: bool = False, **kwargs: Any) -> ModelPolicy:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise PolicyError(f"cannot load model {path!r}: {exc}") from None
+        if tokenizer.chat_template is None:
+            raise PolicyError(f"the tokenizer at {path!r} has no chat template (a tool-calling template is needed)")
+        model.eval()
+        return cls(model, tokenizer, **kwargs)
+
+    def __post_init__(self) -> None:
+        from trl.chat_template_utils import add_response_schema
+
+        if getattr(self.tokenizer, "response_template", None) is None and getattr(
+                self.tokenizer, "response_schema", None) is None:
+            try:
+                self.tokenizer = add_response_schema(self.tokenizer)
+            except ValueError as exc:
+                raise PolicyError(f"TRL cannot parse tool calls for this chat template: {exc}") from None
+
+    def _generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[list[int], list[int],
+                                                                                           list[float]]:
+        import torch
+
+        prompt_ids = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                                        tokenize=True, return_dict=False)
+        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
+            prompt_ids = prompt_ids["input_ids"]
+        prompt_ids = list(prompt_ids)
+        if self.seed is not None:
+            torch.manual_seed(self.seed + self._calls)
+        self._calls += 1
+        inputs = torch.tensor([prompt_ids], device=self.model.device)
+        with torch.no_grad():
+            out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=True,
+                                      temperature=self.temperature, top_p=self.top_p, top_k=0,
+                                      max_new_tokens=self.max_new_tokens, output_logits=True,
+                                      return_dict_in_generate=True,
+                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
+        completion = out.sequences[0, len(prompt_ids):].tolist()
+        logprobs = []
+        for tok, logits in zip(completion, out.logits, strict=False):
+            lp = torch.log_softmax(logits[0].float() / self.temperature, dim=-1)[tok]
+            logprobs.append(float(lp))
+        return prompt_ids, completion, logprobs
+
+    def play(self, episode: Episode, episode_index: int = 0) -> None:
+        from trl.chat_template_utils import parse_response
+
+        tools = [mcp_tool_to_schema(t) for t in episode.runtime.tools]
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt.format(scenario=episode.scenario)})
+        messages.append({"role": "user", "content": episode.task})
+        episode.behavior_logprobs = []
+        for _ in range(self.max_steps):
+            prompt_ids, ids, logprobs = self._generate(messages, tools)
+            episode.behavior_logprobs.extend(logprobs)
+            parsed = parse_response(self.tokenizer, ids, prefix=prompt_ids, tools=tools)
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            policy = {"text": text, "token_ids": ids, "logprobs": logprobs}
+            calls = parsed.get("tool_calls") or []
+            if not calls:
+                episode.verify(final_answer=parsed.get("content") or "")
+                episode.steps[-1]["policy"] = policy
+                return
+            messages.append({"role": "assistant", "content": parsed.get("content") or "", "tool_calls": calls})
+            for i, call in enumerate(calls):
+                fn = call.get("function", {})
+                name = fn.get("name") or "<missing tool name>"
+                args = fn.get("arguments", {})
+                if isinstance(args, str):
+                    with contextlib.suppress(ValueError):
+                        args = json.loads(args)
+                obs = episode.call_tool(name, args, extra={"policy": policy} if i == 0 else None)
+                content = obs.get("tool_result", obs.get("error", ""))
+                messages.append({"role": "tool", "name": name, "content": content})
+                if obs.get("done"):
+                    return
+        episode.notes.append(f"max_steps={self.max_steps} reached")
+        episode.verify()

@@ -1,0 +1,115 @@
+"""The AWM scenario as a TRL environment_factory: generated tool methods, reward, plain GRPOTrainer steps."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import pytest
+
+from echo_trl.envs.awm.environment import (
+    awm_environment_factory,
+    awm_task_dataset,
+    close_environments,
+    make_tool_method,
+)
+from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SUBSCRIBED = ("def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
+              "    import sqlite3\n"
+              "    c = sqlite3.connect(final_db_path)\n"
+              "    n = c.execute('select count(*) from user_subscriptions where user_id=1 and channel_id=1').fetchone()[0]\n"
+              "    return {'result': 'complete' if n else 'others'}\n")
+
+
+@pytest.fixture(scope="module")
+def factory():
+    if not SAMPLES.is_dir():
+        pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
+    sc = ScenarioSource.from_dir(SAMPLES).load("content_platform_1")
+    # the sample has no verifier: give task 0 a small one (subscribed to channel 1?) to see rewards move
+    sc.verifiers[(0, "code")] = VerifierSpec(sc.name, 0, "code", SUBSCRIBED, "verify_task_completion", "test")
+    f = awm_environment_factory(sc)
+    yield f
+    close_environments()
+
+
+def _tool_names(cls) -> list[str]:
+    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")]
+
+
+def test_tools_are_methods_trl_and_transformers_accept(factory):
+    from transformers.utils import get_json_schema
+
+    cls = factory.environment_class
+    names = _tool_names(cls)
+    assert len(names) == 34 and "search_channels" in names
+    schemas = {n: get_json_schema(getattr(cls, n)) for n in names}
+    s = schemas["search_channels"]["function"]
+    assert s["parameters"]["required"] == ["query"]
+    assert s["parameters"]["properties"]["query"]["type"] == "string"
+    assert "### Responses" not in s["description"]
+
+
+def test_reset_tools_and_reward(factory):
+    env = factory()
+    task = env.reset(task_idx=0, prompt=[{"role": "user", "content": ""}])
+    assert task.startswith("Search for the channel 'Kurzgesagt")
+    assert env.reset(task_idx=0, prompt=[{"role": "user", "content": "task text"}]) is None
+    assert '"Kurzgesagt' in env.search_channels(query="Kurzgesagt")
+    assert '"subscription"' in env.subscribe_to_channel(channel_id=1)
+    assert env.get_reward() == 1.0
+    assert env._episode_record()["steps"][-1]["observation"]["reward_type"] == "complete"
+    env.reset(task_idx=0)  # database restored: no subscription any more
+    assert env.get_reward() == 0.0
+    env.reset(task_idx=0)
+    assert env.search_channels(query=5).startswith("Input validation error")
+    env.subscribe_to_channel(channel_id=1)
+    assert env.get_reward() == -1.0  # a format error in the rollout
+
+
+def test_make_tool_method_maps_names_and_drops_unset_optionals():
+    calls = []
+
+    class Fake:
+        def _call(self, name, arguments):
+            calls.append((name, arguments))
+            return "ok"
+
+    tool = {"name": "odd-tool", "description": "Does things.", "inputSchema": {
+        "type": "object", "required": ["user-id"],
+        "properties": {"user-id": {"type": "integer", "description": "who"},
+                       "tags": {"type": "array", "items": {"type": "string"}},
+                       "class": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}
+    m = make_tool_method(tool, "odd_tool")
+    params = list(inspect.signature(m).parameters)
+    assert params == ["self", "user_id", "tags", "tool_class"]
+    assert m(Fake(), user_id=3, tool_class="x") == "ok"
+    assert calls == [("odd-tool", {"user-id": 3, "class": "x"})]
+
+
+def test_plain_grpo_trainer_runs_online_steps(factory, tmp_path):
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from echo_trl.tiny import ensure_tiny_model
+
+    path = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    ds = awm_task_dataset(factory.environment_class._scenario, [0], repeats=4)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=16, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                      max_tool_calling_iterations=2, bf16=False)
+    trainer = GRPOTrainer(model=model, processing_class=tok, args=args, train_dataset=ds, environment_factory=factory)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2
+    key = f"rewards/{factory.environment_class.__name__}/mean"
+    assert all(key in h for h in logs)
+    envs = trainer.environments
+    assert len(envs) == 2 and all(e._episode is not None and e._episode.done for e in envs)

@@ -1,0 +1,202 @@
+"""Acceptance: a real AWM scenario server (content_platform_1) over MCP, observations -> roles, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from echo_trl.awm import awm_episode_to_trajectory, load_awm_episodes
+from echo_trl.envs.awm import sandbox
+from echo_trl.envs.awm.episode import AWMRuntime, classify_tool_error
+from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
+from echo_trl.roles import Role
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+
+
+def _source() -> ScenarioSource:
+    if not SAMPLES.is_dir():
+        pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
+    return ScenarioSource.from_dir(SAMPLES)
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    rt = AWMRuntime(_source().load("content_platform_1")).start()
+    yield rt
+    rt.close()
+
+
+def test_server_lists_34_tools_over_mcp(runtime):
+    assert len(runtime.tools) == 34
+    tool = next(t for t in runtime.tools if t["name"] == "search_channels")
+    assert set(tool) == {"name", "description", "inputSchema"}
+    assert tool["inputSchema"]["required"] == ["query"]
+    assert runtime.timings["server_start"] < 60
+
+
+def test_tool_calls_become_the_right_observations_and_roles(runtime):
+    ep = runtime.new_episode(0)
+    ok = ep.call_tool("search_channels", {"query": "Kurzgesagt"})
+    assert ok["reward_type"] == "tool_call_ok" and "Kurzgesagt" in ok["tool_result"] and "error" not in ok
+    sub = ep.call_tool("subscribe_to_channel", {"channel_id": 1})
+    assert sub["reward_type"] == "tool_call_ok", sub
+    missing = ep.call_tool("get_channel_by_id", {"channel_id": 999999})
+    # the generated app answers a missing id with HTTP 500: an env error observation, not a format error
+    assert missing["reward_type"] == "server_error" and "Status code: 500" in missing["error"]
+    assert not missing["done"]
+    bad = ep.call_tool("search_channels", {"query": 12})
+    assert bad["reward_type"] == "invalid_args" and "not of type 'string'" in bad["error"] and bad["done"]
+    assert ep.done and ep.reward == -1.0
+    record = ep.record()
+    ep.close()
+    assert [s["observation"]["reward_type"] for s in record["steps"]] == [
+        "tool_call_ok", "tool_call_ok", "server_error", "invalid_args"]
+    traj = awm_episode_to_trajectory(record)
+    roles = traj.message_roles()
+    assert roles[:2] == [Role.CONTEXT, Role.CONTEXT]
+    assert roles[2:] == [Role.ACTION, Role.ENV_OUTPUT] * 4
+    assert traj.completion[1]["content"] == ok["tool_result"]  # env output verbatim
+    assert traj.completion[-1]["content"] == bad["error"]
+    assert traj.tools[0]["function"]["parameters"]["required"] == ["query"]  # full MCP schemas kept
+    assert traj.reward == -1.0
+
+
+def test_unknown_tool_and_reset(runtime):
+    ep = runtime.new_episode(0)
+    # the previous episode's subscription is gone: the database was restored from the snapshot
+    assert ep.call_tool("subscribe_to_channel", {"channel_id": 1})["reward_type"] == "tool_call_ok"
+    assert runtime.timings["reset"] < 1.0
+    unknown = ep.call_tool("subscribe", {"channel": "Kurzgesagt"})
+    assert unknown["reward_type"] == "tool_not_found" and unknown["error"] == "Unknown tool: subscribe"
+    assert ep.reward == -1.0
+    late = ep.call_tool("search_channels", {"query": "x"})
+    assert late["reward_type"] == "episode_already_done"
+    traj = awm_episode_to_trajectory(ep.record())
+    assert traj.completion[2]["tool_calls"][0]["function"]["name"] == "subscribe"
+    assert traj.message_roles()[-2:] == [Role.ACTION, Role.ENV_OUTPUT]
+    ep.close()
+
+
+def test_verify_without_verifier_and_episodes_load(runtime, tmp_path):
+    ep = runtime.new_episode(3)
+    ep.call_tool("search_videos", {"query": "x"})
+    obs = ep.verify(final_answer="done")
+    assert obs["reward_type"] == "no_verifier" and obs["done"] and "no code verifier" in obs["verify_result"][
+        "error_message"]
+    import json
+
+    (tmp_path / "ep.jsonl").write_text(json.dumps(ep.record()) + "\n")
+    trajs, skipped = load_awm_episodes([tmp_path])
+    assert len(trajs) == 1 and not skipped and trajs[0].reward == 0.0
+    ep.close()
+
+
+def test_classify_tool_error():
+    assert classify_tool_error("Unknown tool: x", known_tool=False) == "tool_not_found"
+    assert classify_tool_error("Input validation error: 'a' is a required property", known_tool=True) == "invalid_args"
+    assert classify_tool_error('Error calling x. Status code: 422. Response: {}', known_tool=True) == "invalid_args"
+    assert classify_tool_error('Error calling x. Status code: 404. Response: {}', known_tool=True) == "tool_error"
+    assert classify_tool_error('Error calling x. Status code: 500. Response: {}', known_tool=True) == "server_error"
+
+
+def _runtime_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("echo_trl_awm_*")}
+
+
+def test_fault_server_killed_mid_episode_and_hanging_verifier():
+    """Kill the server during an episode, hang the verifier: clear errors, nothing left behind."""
+    children_before = _descendants()
+    dirs_before = _runtime_dirs()
+    sc = _source().load("content_platform_1")
+    sc.verifiers[(0, "code")] = VerifierSpec(sc.name, 0, "code", "def verify_task_completion(a, b):\n"
+                                             "    while True:\n        pass\n", "verify_task_completion", "test")
+    rt = AWMRuntime(sc, verifier_timeout=2.0, tool_timeout=10.0).start()
+    root = rt.root
+    try:
+        assert root is not None and root.exists() and rt.server.alive()
+        ep = rt.new_episode(0)
+        assert ep.call_tool("search_channels", {"query": "K"})["reward_type"] == "tool_call_ok"
+        os.killpg(rt.server.proc.pid, signal.SIGKILL)  # the server dies mid-episode
+        t0 = time.perf_counter()
+        obs = ep.call_tool("search_channels", {"query": "K"})
+        assert time.perf_counter() - t0 < 10
+        assert obs["reward_type"] == "server_error" and obs["done"]
+        assert "environment failure" in obs["error"] and "scenario server exited" in obs["error"]
+        traj = awm_episode_to_trajectory(ep.record())
+        assert traj.message_roles()[-1] == Role.ENV_OUTPUT and "environment failure" in traj.completion[-1]["content"]
+        ep.close()
+        # the next episode restarts the server; its verifier hangs and is killed at the deadline
+        ep2 = rt.new_episode(0)
+        assert any("restarted" in n for n in ep2.notes)
+        v = ep2.verify()
+        assert v["reward_type"] == "judge_error" and v["verify_result"]["execution_status"] == "timeout"
+        assert ep2.reward == 0.0
+        ep2.close()
+    finally:
+        rt.close()
+    assert not root.exists()
+    assert _runtime_dirs() <= dirs_before
+    time.sleep(0.2)
+    leftover = _descendants() - children_before
+    assert not leftover, [Path(f"/proc/{p}/cmdline").read_bytes() for p in leftover]
+    assert not sandbox.live_children() or set(sandbox.live_children()) <= children_before
+
+
+def test_closed_runtime_refuses_and_db_is_consistent(runtime):
+    ep = runtime.new_episode(0)
+    ep.call_tool("subscribe_to_channel", {"channel_id": 1})
+    with sqlite3.connect(f"file:{runtime.live_db}?mode=ro", uri=True) as c:
+        assert c.execute("select count(*) from user_subscriptions where channel_id=1").fetchone()[0] >= 1
+    ep.close()
+    rt = AWMRuntime(runtime.scenario)
+    rt.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.new_episode(0)
+
+
+def _descendants(pid: int | None = None) -> set[int]:
+    """PIDs of all live descendants of ``pid`` (default: this process), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if fields[0] != "Z":
+                    parent[int(d.name)] = int(fields[1])
+            except (OSError, ValueError):
+                pass
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - out
+        out |= frontier
+    return out
+
+
+
+def test_dirs_of_killed_runs_are_removed_on_next_start(tmp_path):
+    import subprocess
+
+    from echo_trl.envs.awm.episode import remove_stale_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(tempfile.mkdtemp(prefix="echo_trl_awm_stale_"))
+    (stale / "owner.pid").write_text(str(dead.pid))
+    mine = Path(tempfile.mkdtemp(prefix="echo_trl_awm_live_"))
+    (mine / "owner.pid").write_text(str(os.getpid()))
+    try:
+        assert str(stale) in remove_stale_dirs()
+        assert not stale.exists() and mine.exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(mine, ignore_errors=True)

@@ -1,0 +1,146 @@
+"""OpenEnv client against a local stand-in for the upstream ``agent_world_model_env`` server.
+
+The upstream server (meta-pytorch/OpenEnv) cannot run here (it needs openenv-core, whose
+fastmcp dependency pulls mcp 2.x, plus mcp-agent), so the stand-in below speaks the same
+WebSocket protocol (``/ws``: reset / step{list_tools|call_tool} / close, observation payloads
+shaped like ``AWMObservation.model_dump(exclude_none=True)``) on top of the local runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+
+from echo_trl.awm import load_awm_episodes
+from echo_trl.cli import main as cli
+from echo_trl.envs.awm.episode import AWMRuntime
+from echo_trl.envs.awm.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
+from echo_trl.envs.awm.policy import ReplayPolicy, Script
+from echo_trl.envs.awm.scenario import ScenarioSource
+from echo_trl.envs.awm.verifier import RewardConfig
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+
+
+def standin_app(runtime: AWMRuntime):
+    app = FastAPI()
+    rewards = RewardConfig()
+
+    def obs_payload(obs: dict, reward=None, done=False):
+        body = {k: v for k, v in obs.items() if v is not None and k not in ("done", "metadata")}
+        return {"type": "observation", "data": {"observation": body, "reward": reward, "done": done}}
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket):
+        await websocket.accept()
+        episode = None
+        try:
+            while True:
+                msg = json.loads(await websocket.receive_text())
+                kind = msg.get("type")
+                if kind == "close":
+                    break
+                if kind == "reset":
+                    data = msg.get("data") or {}
+                    if data.get("scenario") != runtime.scenario.name:
+                        reply = obs_payload({"reward_type": "reset_error",
+                                             "error": f"Scenario '{data.get('scenario')}' not found"})
+                    else:
+                        episode = await asyncio.to_thread(runtime.new_episode, data.get("task_idx"))
+                        reply = obs_payload({"reward_type": "reset_ok", "scenario": runtime.scenario.name,
+                                             "task": episode.task, "task_idx": episode.task_idx,
+                                             "num_tools": len(runtime.tools)})
+                elif kind == "step":
+                    action = msg.get("data") or {}
+                    if action.get("type") == "list_tools":
+                        reply = {"type": "observation", "data": {"observation": {"tools": [
+                            {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+                            for t in runtime.tools]}, "reward": None, "done": False}}
+                    elif action.get("tool_name") == "done":
+                        reply = obs_payload({"reward_type": "episode_done"}, 0.0, True)
+                    elif action.get("tool_name") == "verify":
+                        obs = await asyncio.to_thread(episode.verify, (action.get("arguments") or {}).get("final_answer"))
+                        reply = obs_payload({**obs, "tool_name": None, "scenario": episode.scenario, "task": episode.task,
+                                             "task_idx": episode.task_idx}, rewards.reward(obs["reward_type"]))
+                    else:
+                        obs = await asyncio.to_thread(episode.call_tool, action["tool_name"], action.get("arguments"))
+                        reply = obs_payload(obs, rewards.reward(obs["reward_type"]) if obs["reward_type"] != "tool_call_ok"
+                                            else 0.0)
+                else:
+                    reply = {"type": "error", "data": {"message": f"Unknown message type: {kind}", "code": "UNKNOWN_TYPE"}}
+                await websocket.send_text(json.dumps(reply))
+        except WebSocketDisconnect:
+            pass
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not SAMPLES.is_dir():
+        pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
+    import uvicorn
+
+    runtime = AWMRuntime(ScenarioSource.from_dir(SAMPLES).load("content_platform_1"),
+                         format_error_ends_episode=False).start()
+    config = uvicorn.Config(standin_app(runtime), host="127.0.0.1", port=0, log_level="warning", ws="websockets-sansio")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+    runtime.close()
+
+
+def test_client_protocol(server):
+    with OpenEnvAWMClient(server) as client:
+        assert client.ws_url.endswith("/ws") and client.ws_url.startswith("ws://")
+        obs = client.reset(scenario="content_platform_1", task_idx=0)
+        assert obs["reward_type"] == "reset_ok" and obs["task"].startswith("Search for the channel")
+        tools = client.list_tools()
+        assert len(tools) == 34 and set(tools[0]) == {"name", "description", "inputSchema"}
+        step = client.step("search_channels", {"query": "Kurz"})
+        assert step["observation"]["reward_type"] == "tool_call_ok" and "Kurzgesagt" in step["observation"]["tool_result"]
+        with pytest.raises(OpenEnvError, match="reset failed: Scenario 'nope' not found"):
+            client.reset(scenario="nope")
+        with pytest.raises(OpenEnvError, match="Unknown message type"):
+            client._send({"type": "bogus"})
+    with pytest.raises(OpenEnvError, match="cannot connect"):
+        OpenEnvAWMClient("http://127.0.0.1:9", timeout=2).connect()
+
+
+def test_capture_from_openenv_server(server, tmp_path):
+    policy = ReplayPolicy([Script(0, [("search_channels", {"query": "Kurzgesagt"}),
+                                      ("subscribe_to_channel", {"channel_id": 1})], label="reference"),
+                           Script(0, [("subscribe", {"x": 1})], label="unknown tool")])
+    rec = capture_openenv_episode(server, "content_platform_1", 0, policy)
+    assert [s["action"]["tool_name"] for s in rec["steps"]] == ["search_channels", "subscribe_to_channel", "verify"]
+    assert rec["steps"][-1]["observation"]["verify_result"]["result"] == "others"
+    assert len(rec["tools"]) == 34
+    bad = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1)
+    assert bad["reward"] == -1.0 and bad["steps"][-1]["observation"]["error"] == "Unknown tool: subscribe"
+    (tmp_path / "e.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(bad) + "\n")
+    trajs, skipped = load_awm_episodes([tmp_path])
+    assert len(trajs) == 2 and not skipped
+
+
+def test_capture_cli_openenv(server, tmp_path):
+    replay = tmp_path / "r.jsonl"
+    replay.write_text(json.dumps({"task_idx": 2, "calls": [{"tool_name": "search_videos",
+                                                            "arguments": {"query": "Spanish"}}]}) + "\n")
+    out = tmp_path / "out"
+    assert cli(["capture", "--openenv", server, "--scenario", "content_platform_1", "--policy", f"replay:{replay}",
+                "--episodes", "2", "--output", str(out)]) == 0
+    trajs, skipped = load_awm_episodes([out])
+    assert len(trajs) == 2 and not skipped and trajs[0].task_idx == 2
