@@ -233,11 +233,27 @@ def tool_schema(tool: Any, field: str = "tools[0]") -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
-def _tools(value: Any, field: str = "tools") -> list[dict[str, Any]]:
+def compact_tool_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without the response documentation fastapi-mcp appends to each description.
+
+    AWM serves its tools through fastapi-mcp, which appends ``### Responses:`` (status codes,
+    example JSON) to every description: most of the prompt of an AWM episode. The agent needs
+    the summary and the input schema; the answer format it learns from the tool outputs.
+    """
+    fn = schema["function"]
+    description = fn.get("description") or ""
+    cut = description.find("\n\n### ")
+    if cut == -1:
+        return schema
+    return {**schema, "function": {**fn, "description": description[:cut].rstrip()}}
+
+
+def _tools(value: Any, field: str = "tools", compact: bool = False) -> list[dict[str, Any]]:
     if value is None:
         return []
     _expect(value, list, field, "a list of tool names or tool objects")
-    return [tool_schema(t, f"{field}[{i}]") for i, t in enumerate(value)]
+    schemas = [tool_schema(t, f"{field}[{i}]") for i, t in enumerate(value)]
+    return [compact_tool_schema(s) for s in schemas] if compact else schemas
 
 
 def _behavior_logprobs(value: Any) -> list[float] | None:
@@ -321,22 +337,24 @@ def awm_episode_to_trajectory(
     source: str = "<episode>",
     record: str | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    compact_tools: bool = False,
 ) -> Trajectory:
     """Map one recorded AWM episode (either shape) onto a role-tagged :class:`Trajectory`.
 
     System prompt and task become the prompt (``context``); each step becomes an assistant
     message with one tool call (``action``) followed by a ``tool`` message holding the tool
     result, error or verifier output (``env_output``). Harness warnings go to
-    ``Trajectory.warnings``, never into the tool message text. Raises :class:`EpisodeError`
-    naming ``source``, ``record`` and the offending field.
+    ``Trajectory.warnings``, never into the tool message text. ``compact_tools`` drops the
+    response documentation from tool descriptions (:func:`compact_tool_schema`). Raises
+    :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
     """
     try:
-        return _convert(episode, system_prompt)
+        return _convert(episode, system_prompt, compact_tools)
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
 
 
-def _convert(episode: Any, system_prompt: str | None) -> Trajectory:
+def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False) -> Trajectory:
     _expect(episode, dict, "", "an episode object")
     scenario = _expect(_required(episode, "scenario", ""), str, "scenario", "a string")
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
@@ -347,10 +365,10 @@ def _convert(episode: Any, system_prompt: str | None) -> Trajectory:
     reward = None
     if "trajectory" in episode:
         turns, listed, reward = _session_turns(episode["trajectory"])
-        tools = _tools(episode.get("tools") if episode.get("tools") is not None else listed)
+        tools = _tools(episode.get("tools") if episode.get("tools") is not None else listed, compact=compact_tools)
     elif "steps" in episode:
         turns = _openenv_turns(episode["steps"])
-        tools = _tools(episode.get("tools"))
+        tools = _tools(episode.get("tools"), compact=compact_tools)
     else:
         raise EpisodeError("missing (expected steps or trajectory)", field="steps")
     if not turns:
@@ -385,6 +403,7 @@ def load_awm_episodes(
     *,
     strict: bool = True,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    compact_tools: bool = False,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
@@ -397,7 +416,8 @@ def load_awm_episodes(
             if rec.error is not None:
                 raise rec.error
             trajectories.append(awm_episode_to_trajectory(
-                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt))
+                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
+                compact_tools=compact_tools))
         except EpisodeError as exc:
             if strict:
                 raise

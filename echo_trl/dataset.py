@@ -135,12 +135,14 @@ def build_awm_dataset(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     skipped: list[SkippedRecord] | None = None,
     show_progress: bool | None = None,
+    compact_tools: bool = False,
 ) -> datasets.Dataset:
     """Build the trajectory dataset from AWM episode files and directories.
 
     Deterministic: inputs are read in sorted order and rows keep that order. With
     ``strict=False`` invalid records are appended to ``skipped`` (when given) instead of raising,
-    and every valid record is kept.
+    and every valid record is kept. ``compact_tools`` drops the response documentation
+    fastapi-mcp appends to tool descriptions (much shorter prompts; see ``compact_tool_schema``).
     """
     trajectories = []
     for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
@@ -148,7 +150,8 @@ def build_awm_dataset(
             if rec.error is not None:
                 raise rec.error
             trajectories.append(awm_episode_to_trajectory(
-                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt))
+                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
+                compact_tools=compact_tools))
         except EpisodeError as exc:
             if strict:
                 raise

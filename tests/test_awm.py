@@ -216,3 +216,14 @@ def test_weird_but_valid_outputs_are_kept_verbatim(output):
     t = awm_episode_to_trajectory(json.loads(json.dumps(ep)))
     content = t.completion[1]["content"]
     assert content == output if isinstance(output, str) else json.loads(content) == output
+
+
+def test_compact_tools_drop_only_the_response_documentation():
+    described = {"name": "get", "description": "Get a book\n\nBy id.\n\n### Responses:\n\n**200**: ok\n```json\n{}\n```",
+                 "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}}}
+    ep = openenv_episode(tools=[described, "plain"])
+    full = awm_episode_to_trajectory(ep).tools
+    compact = awm_episode_to_trajectory(ep, compact_tools=True).tools
+    assert full[0]["function"]["description"] == described["description"]
+    assert compact[0]["function"]["description"] == "Get a book\n\nBy id."
+    assert compact[0]["function"]["parameters"] == described["inputSchema"] and compact[1] == full[1]

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep valid episodes and report invalid ones (default: stop at the first invalid one)")
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the dataset and its card to this Hub repo")
     p.add_argument("--private", action="store_true", help="create the Hub repo as private")
+    p.add_argument("--compact-tools", action="store_true",
+                   help="drop the response documentation fastapi-mcp appends to each tool description "
+                        "(AWM tool schemas shrink ~5x; the input schemas are kept)")
     p.add_argument("--system-prompt", default=DEFAULT_SYSTEM_PROMPT,
                    help="system prompt of every trajectory ('{scenario}' is filled in; '' for none)")
     return p
@@ -41,7 +44,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     skipped: list[SkippedRecord] = []
     ds = build_awm_dataset(args.inputs, strict=not args.skip_invalid, system_prompt=args.system_prompt or None,
-                           skipped=skipped)
+                           skipped=skipped, compact_tools=args.compact_tools)
     out = save_dataset(ds, args.output, skipped=skipped, push_to_hub=args.push_to_hub,
                        private=args.private or None)
     scenarios = len(set(ds["scenario"]))
