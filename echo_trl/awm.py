@@ -404,14 +404,17 @@ def load_awm_episodes(
     strict: bool = True,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
+    show_progress: bool | None = False,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
     ``strict=True`` raises the first :class:`EpisodeError`; ``strict=False`` keeps every valid
     episode and returns the rejected records with their reasons (nothing valid is lost).
     """
+    from .progress import progress
+
     trajectories, skipped = [], []
-    for rec in iter_episode_records(inputs):
+    for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
         try:
             if rec.error is not None:
                 raise rec.error

@@ -17,9 +17,8 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, awm_episode_to_trajectory, iter_episode_records
-from .errors import DatasetSchemaError, EpisodeError
-from .progress import progress
+from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, load_awm_episodes
+from .errors import DatasetSchemaError
 from .roles import Role, Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
@@ -144,20 +143,10 @@ def build_awm_dataset(
     and every valid record is kept. ``compact_tools`` drops the response documentation
     fastapi-mcp appends to tool descriptions (much shorter prompts; see ``compact_tool_schema``).
     """
-    trajectories = []
-    for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
-        try:
-            if rec.error is not None:
-                raise rec.error
-            trajectories.append(awm_episode_to_trajectory(
-                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools))
-        except EpisodeError as exc:
-            if strict:
-                raise
-            if skipped is not None:
-                skipped.append(SkippedRecord(rec.source, rec.record, str(exc),
-                                             rec.data if rec.error is None else rec.raw))
+    trajectories, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt,
+                                               compact_tools=compact_tools, show_progress=show_progress)
+    if skipped is not None:
+        skipped.extend(rejected)
     return trajectories_to_dataset(trajectories)
 
 
