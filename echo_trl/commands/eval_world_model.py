@@ -1,0 +1,89 @@
+"""``echo-trl eval-world-model``: held-out env-token cross-entropy of a model on a trajectory dataset.
+
+    echo-trl eval-world-model --model PATH_OR_HUB_ID --dataset DATASET [--split test] [--json]
+
+Teacher-forced cross-entropy (nats per token, temperature 1) of the environment-output tokens
+given everything before them: the ECHO paper's world-model metric. ``--json`` prints exactly one
+JSON object on stdout: ``{"ce_env": ..., "tokens_env": ..., "by_scenario": {...}, ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import EchoTrlError
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="echo-trl eval-world-model",
+        description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
+                    "a trajectory dataset: how well it predicts what the environment answered.")
+    p.add_argument("--model", required=True, help="model directory or Hub id (a PEFT adapter directory works too)")
+    p.add_argument("--dataset", required=True,
+                   help="trajectory dataset: an `echo-trl build-dataset` directory or a Hub dataset id")
+    p.add_argument("--split", default="train", help="split to read (Hub datasets / DatasetDict directories)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer (default: the model's)")
+    p.add_argument("--max_length", type=int, default=None,
+                   help="cut trajectories at a message end to at most this many tokens")
+    p.add_argument("--max_completion_length", type=int, default=None,
+                   help="cut each completion at a message end to at most this many tokens (as training does)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N trajectories")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--trust_remote_code", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+    return p.parse_args(argv)
+
+
+def load_model(name: str, *, device: str | None, dtype: str = "auto", trust_remote_code: bool = False):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), "trust_remote_code": trust_remote_code}
+    try:
+        from peft import AutoPeftModelForCausalLM, PeftConfig
+
+        PeftConfig.from_pretrained(name)
+        model = AutoPeftModelForCausalLM.from_pretrained(name, **kwargs)
+    except (ImportError, ValueError, OSError):
+        try:
+            model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        except OSError as exc:
+            raise EchoTrlError(f"cannot load model {name!r}: {exc}") from None
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from transformers import AutoTokenizer
+
+    from ..dataset import load_echo_dataset
+    from ..world_eval import evaluate_world_model
+
+    ds = load_echo_dataset(args.dataset, split=args.split)
+    if args.limit is not None:
+        ds = ds.select(range(min(args.limit, len(ds))))
+    model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
+    except OSError as exc:
+        raise EchoTrlError(f"cannot load tokenizer {args.tokenizer or args.model!r}: {exc}") from None
+    result = evaluate_world_model(model, tokenizer, ds, max_length=args.max_length,
+                                  max_completion_length=args.max_completion_length)
+    result = {"model": args.model, "dataset": args.dataset, **result}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    ce = result["ce_env"]
+    print(f"held-out env-token CE: {'n/a' if ce is None else f'{ce:.4f}'} nats/token over {result['tokens_env']} "
+          f"env-output tokens, {result['trajectories']} trajectories")
+    for name, s in result["by_scenario"].items():
+        v = "n/a" if s["ce_env"] is None else f"{s['ce_env']:.4f}"
+        print(f"  {name or '(no scenario)':<40} {v:>8}  ({s['tokens_env']} tokens, {s['trajectories']} traj.)")
+    if result["tokens_env"] == 0:
+        print("no env-output tokens in this dataset", file=sys.stderr)
+    return 0

@@ -1,0 +1,185 @@
+"""``EchoGRPOConfig``: TRL's ``GRPOConfig`` plus the ECHO world-model settings.
+
+    L = L_GRPO(action tokens) + world_model_coeff * CE(env_output tokens)
+
+Every field is also a command-line flag of ``echo-trl train`` (TRL's ``TrlParser`` reads the
+``help`` metadata), and a key of its ``--config`` YAML.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .roles import WORLD_LOSS_TARGETS
+
+#: Shapes of the world-model coefficient over training steps.
+COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
+
+#: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
+WORLD_LOSS_NORMALIZATIONS = ("token", "sequence")
+
+#: Above this lambda the paper saw the agent collapse onto dull, predictable commands.
+COEFF_WARNING_THRESHOLD = 0.1
+
+
+class EchoConfigError(ValueError):
+    """Impossible ECHO settings (a ``ValueError``, as TRL's own config checks raise)."""
+
+
+@dataclass
+class EchoGRPOConfig(GRPOConfig):
+    r"""
+    Configuration of [`EchoGRPOTrainer`]: every [`~trl.GRPOConfig`] field plus the ECHO ones below.
+
+    ECHO adds `world_model_coeff * CE(env_output tokens)` to GRPO's loss, computed from the per-token
+    log-probabilities of GRPO's own forward pass (no second forward). The world term sits outside
+    GRPO's clipping, importance sampling and KL: it is plain teacher-forced cross-entropy on what the
+    environment said.
+
+    Temperature: TRL divides the logits by `temperature` in its forward. `world_loss_temperature`
+    defaults to `1.0` (true cross-entropy, the paper's world-model metric). When it equals `temperature`
+    (the TRL default of 1.0 included) the world term reuses GRPO's log-probs as they are; otherwise the
+    hidden states of that same forward are projected once more through the LM head at
+    `world_loss_temperature`, for the env tokens only (no second backbone forward).
+    """
+
+    world_model_coeff: float = field(
+        default=0.05,
+        metadata={"help": "Lambda: weight of the world-model cross-entropy on environment-output tokens. 0 gives "
+                  "plain GRPO. The paper recommends about 0.05; at 0.2 it saw collapse (the agent learns to issue "
+                  "dull commands whose output is easy to predict), so values above 0.1 warn."},
+    )
+    world_model_coeff_schedule: str = field(
+        default="constant",
+        metadata={"help": "How lambda changes with the optimizer step: 'constant'; 'linear_decay' (from "
+                  "world_model_coeff to world_model_coeff_end over world_model_coeff_steps[0] steps, or the whole "
+                  "run when unset); 'step_decay' (world_model_coeff until world_model_coeff_steps[0], then "
+                  "world_model_coeff_values[i] from world_model_coeff_steps[i] on).",
+                  "choices": list(COEFF_SCHEDULES)},
+    )
+    world_model_coeff_end: float = field(
+        default=0.0,
+        metadata={"help": "Final lambda of the 'linear_decay' schedule."},
+    )
+    world_model_coeff_steps: list[int] | None = field(
+        default=None,
+        metadata={"help": "'linear_decay': one value, the number of steps to reach world_model_coeff_end. "
+                  "'step_decay': strictly increasing steps at which lambda switches to the matching "
+                  "world_model_coeff_values entry."},
+    )
+    world_model_coeff_values: list[float] | None = field(
+        default=None,
+        metadata={"help": "'step_decay' only: lambda from each world_model_coeff_steps entry on."},
+    )
+    world_loss_target: str = field(
+        default="env_only",
+        metadata={"help": "Tokens the world-model loss trains on: 'env_only' (tool output content), 'observation' "
+                  "(plus the chat-template tokens wrapping tool messages), 'all' (plus harness warnings).",
+                  "choices": list(WORLD_LOSS_TARGETS)},
+    )
+    world_loss_normalization: str = field(
+        default="sequence",
+        metadata={"help": "How the cross-entropy is averaged. 'sequence' (echo-rl's published setting): mean over each "
+                  "trajectory's world tokens, then mean over the trajectories that have any. 'token': mean over all "
+                  "world tokens of the batch (long observations weigh more). Both divide by counts gathered over "
+                  "the whole generation batch and all processes, so the result is exact under gradient "
+                  "accumulation and data parallelism (the way TRL normalizes its 'dapo' loss).",
+                  "choices": list(WORLD_LOSS_NORMALIZATIONS)},
+    )
+    world_loss_temperature: float = field(
+        default=1.0,
+        metadata={"help": "Temperature of the world-model cross-entropy. 1.0 (default) is true cross-entropy, the "
+                  "quantity the held-out env CE measures. TRL divides logits by `temperature` in its forward: when "
+                  "the two are equal the world term reuses those log-probs; otherwise the env-token hidden states of "
+                  "the same forward are projected through the LM head once more (no second backbone forward)."},
+    )
+    use_policy_loss: bool = field(
+        default=True,
+        metadata={"help": "Whether to train the GRPO policy term. False = verifier-free ECHO: only the world-model "
+                  "loss trains (rewards and advantages are ignored)."},
+    )
+    wm_filter_min_valid_tool_call_pct: float = field(
+        default=0.0,
+        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+                  "unless at least this percentage of its assistant turns call a tool the trajectory offers."},
+    )
+    wm_filter_min_parse_clean_pct: float = field(
+        default=0.0,
+        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+                  "unless at least this percentage of its assistant turns parsed into a tool call and drew no "
+                  "harness warning."},
+    )
+    wm_filter_min_correct_pct: float = field(
+        default=0.0,
+        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+                  "unless at least this percentage of its tool calls got a non-error result."},
+    )
+    max_world_model_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Train the world term on at most this many tokens of each observation (tool message), the "
+                  "first ones. None = all."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        validate_echo_settings(self)
+
+
+def validate_echo_settings(args) -> None:
+    """Raise :class:`EchoConfigError` for impossible ECHO settings; warn above lambda = 0.1."""
+    def bad(msg: str) -> None:
+        raise EchoConfigError(msg)
+
+    def finite_nonneg(name: str, value) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            bad(f"{name} must be a finite number >= 0, got {value!r}")
+
+    finite_nonneg("world_model_coeff", args.world_model_coeff)
+    finite_nonneg("world_model_coeff_end", args.world_model_coeff_end)
+    if args.world_model_coeff_schedule not in COEFF_SCHEDULES:
+        bad(f"world_model_coeff_schedule must be one of {', '.join(COEFF_SCHEDULES)}, "
+            f"got {args.world_model_coeff_schedule!r}")
+    steps, values = args.world_model_coeff_steps, args.world_model_coeff_values
+    if args.world_model_coeff_schedule == "linear_decay":
+        if steps is not None and (len(steps) != 1 or steps[0] <= 0):
+            bad(f"linear_decay takes one world_model_coeff_steps value > 0 (steps to reach world_model_coeff_end), "
+                f"got {steps}")
+        if values is not None:
+            bad("world_model_coeff_values is only used by world_model_coeff_schedule='step_decay'")
+    elif args.world_model_coeff_schedule == "step_decay":
+        if not steps or not values or len(steps) != len(values):
+            bad("step_decay needs world_model_coeff_steps and world_model_coeff_values of the same, non-zero length, "
+                f"got steps={steps} values={values}")
+        if any(s <= 0 for s in steps) or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            bad(f"world_model_coeff_steps must be positive and strictly increasing, got {steps}")
+        for i, v in enumerate(values):
+            finite_nonneg(f"world_model_coeff_values[{i}]", v)
+    elif steps is not None or values is not None:
+        bad("world_model_coeff_steps / world_model_coeff_values need world_model_coeff_schedule "
+            "'linear_decay' or 'step_decay'")
+    if args.world_loss_target not in WORLD_LOSS_TARGETS:
+        bad(f"world_loss_target must be one of {', '.join(WORLD_LOSS_TARGETS)}, got {args.world_loss_target!r}")
+    if args.world_loss_normalization not in WORLD_LOSS_NORMALIZATIONS:
+        bad(f"world_loss_normalization must be one of {', '.join(WORLD_LOSS_NORMALIZATIONS)}, "
+            f"got {args.world_loss_normalization!r}")
+    t = args.world_loss_temperature
+    if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        bad(f"world_loss_temperature must be a finite number > 0, got {t!r}")
+    for name in ("wm_filter_min_valid_tool_call_pct", "wm_filter_min_parse_clean_pct", "wm_filter_min_correct_pct"):
+        v = getattr(args, name)
+        if not isinstance(v, (int, float)) or not 0 <= v <= 100:
+            bad(f"{name} is a percentage in [0, 100], got {v!r}")
+    if args.max_world_model_tokens is not None and args.max_world_model_tokens <= 0:
+        bad(f"max_world_model_tokens must be > 0 (or None for all), got {args.max_world_model_tokens}")
+    peak = max([args.world_model_coeff, *(values or [])])
+    if not args.use_policy_loss and peak == 0:
+        bad("use_policy_loss=False with world_model_coeff=0 leaves nothing to train")
+    if peak > COEFF_WARNING_THRESHOLD:
+        warnings.warn(
+            f"world_model_coeff up to {peak} > {COEFF_WARNING_THRESHOLD}: the ECHO paper saw collapse at 0.2 (the "
+            "agent learns to issue dull commands whose output is easy to predict). About 0.05 is recommended.",
+            UserWarning, stacklevel=3)

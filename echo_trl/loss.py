@@ -1,0 +1,123 @@
+"""The ECHO world-model term, pure: per-token log-probs + masks + settings -> (loss, metrics).
+
+No TRL, no model: the trainer passes the log-probs its GRPO forward already computed.
+
+Normalization is exact under gradient accumulation and data parallelism because the divisor is
+a *global* count (tokens, or trajectories with world tokens) gathered over the whole generation
+batch and every process before the micro-batches are cut, rescaled exactly like TRL 1.16 rescales
+``num_items_in_batch`` for its ``dapo`` loss::
+
+    divisor = global_count / num_processes * (gradient_accumulation_steps / steps_per_generation)
+
+With DDP averaging gradients over processes and the trainer summing micro-batch gradients, the
+accumulated gradient is then the gradient of ``sum(CE over the window) / global_count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class WorldLoss:
+    """The world term of one micro-batch."""
+
+    loss: torch.Tensor  # scalar, normalized by the divisor (what gets lambda and backward)
+    numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (sequence) CE
+    count: torch.Tensor  # detached: local world tokens (token) or sequences with world tokens (sequence)
+    local_mean: torch.Tensor  # detached: numerator / count on this micro-batch (0 when count is 0)
+
+
+def masked_nll(per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``-logp`` where ``mask``, exact zeros elsewhere (NaN-safe, gradient only through masked tokens)."""
+    return (-per_token_logps).masked_fill(~mask.bool(), 0.0)
+
+
+def nll_sum_and_count(per_token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Detached ``(sum of -logp, number of tokens)`` over ``mask``: the parts of a token-mean CE metric."""
+    with torch.no_grad():
+        return masked_nll(per_token_logps, mask).sum().float(), mask.bool().sum().float()
+
+
+def global_count(mask: torch.Tensor, normalization: str) -> torch.Tensor:
+    """What ``normalization`` divides by, counted on (a batch of) ``mask``: tokens or sequences with tokens."""
+    mask = mask.bool()
+    if normalization == "token":
+        return mask.sum().float()
+    if normalization == "sequence":
+        return mask.any(dim=-1).sum().float()
+    raise ValueError(f"unknown world_loss_normalization {normalization!r}")
+
+
+def world_loss(
+    per_token_logps: torch.Tensor,
+    world_mask: torch.Tensor,
+    *,
+    normalization: str = "sequence",
+    divisor: torch.Tensor | float | None = None,
+) -> WorldLoss:
+    """Cross-entropy of the ``world_mask`` tokens from their log-probs.
+
+    ``per_token_logps`` (B, T) are log-probabilities of the realised next tokens, ``world_mask``
+    (B, T) selects the tokens the world model learns. ``divisor`` is the (already rescaled) global
+    count from :func:`divisor_for`; ``None`` divides by this micro-batch's own count (a plain mean).
+
+    A batch without world tokens gives a zero that is still connected to the graph (never NaN).
+    """
+    mask = world_mask.bool()
+    nll = masked_nll(per_token_logps, mask)
+    if normalization == "token":
+        numerator = nll.sum()
+        count = mask.sum().float()
+    elif normalization == "sequence":
+        per_seq_count = mask.sum(-1)
+        numerator = (nll.sum(-1) / per_seq_count.clamp(min=1)).sum()
+        count = (per_seq_count > 0).sum().float()
+    else:
+        raise ValueError(f"unknown world_loss_normalization {normalization!r}")
+    if divisor is None:
+        denom = count.clamp(min=1.0)
+    else:
+        denom = torch.as_tensor(divisor, dtype=nll.dtype, device=nll.device)
+        denom = torch.where(denom > 0, denom, torch.ones_like(denom))  # no world tokens anywhere: 0 / 1
+    loss = numerator / denom
+    with torch.no_grad():
+        local_mean = numerator.detach() / count.clamp(min=1.0)
+    return WorldLoss(loss=loss, numerator=numerator.detach(), count=count.detach(), local_mean=local_mean)
+
+
+def divisor_for(count_over_generation_batch: torch.Tensor, *, num_processes: int, gradient_accumulation_steps: int,
+                steps_per_generation: int, training: bool) -> torch.Tensor:
+    """The divisor of one micro-batch's world loss, from the count over the gathered generation batch.
+
+    Mirrors TRL's ``dapo`` normalizer: the generation batch spans ``steps_per_generation`` micro-batches
+    of every process; one optimizer step accumulates ``gradient_accumulation_steps`` of them.
+    In evaluation the batch is neither split nor accumulated.
+    """
+    divisor = count_over_generation_batch.float().clamp(min=1.0) / num_processes
+    if training:
+        divisor = divisor * gradient_accumulation_steps / steps_per_generation
+    return divisor
+
+
+def world_coeff_at(step: int, *, coeff: float, schedule: str = "constant", end: float = 0.0,
+                   steps: list[int] | None = None, values: list[float] | None = None,
+                   max_steps: int | None = None) -> float:
+    """Lambda at optimizer step ``step`` (0-based) under the configured schedule."""
+    if schedule == "constant":
+        return float(coeff)
+    if schedule == "linear_decay":
+        horizon = steps[0] if steps else max_steps
+        if not horizon or horizon <= 0:
+            return float(coeff)
+        frac = min(max(step, 0) / horizon, 1.0)
+        return float(coeff + (end - coeff) * frac)
+    if schedule == "step_decay":
+        current = float(coeff)
+        for boundary, value in zip(steps or [], values or [], strict=True):
+            if step >= boundary:
+                current = float(value)
+        return current
+    raise ValueError(f"unknown world_model_coeff_schedule {schedule!r}")

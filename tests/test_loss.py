@@ -1,0 +1,108 @@
+"""The pure world term: values, zero-token batches, exactness under accumulation / processes, schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from echo_trl.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+
+
+def _batch(seed=0, b=4, t=7):
+    g = torch.Generator().manual_seed(seed)
+    logps = -torch.rand(b, t, generator=g) * 5
+    mask = torch.rand(b, t, generator=g) > 0.5
+    mask[1] = False  # one trajectory without world tokens
+    return logps, mask
+
+
+def test_token_and_sequence_means_match_hand_computation():
+    logps = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    mask = torch.tensor([[1, 1, 0], [0, 0, 1]])
+    tok = world_loss(logps, mask, normalization="token")
+    assert tok.loss.item() == pytest.approx((1 + 2 + 6) / 3)
+    seq = world_loss(logps, mask, normalization="sequence")
+    assert seq.loss.item() == pytest.approx(((1 + 2) / 2 + 6) / 2)
+    s, n = nll_sum_and_count(logps, mask)
+    assert (s.item(), n.item()) == (9.0, 3.0)
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_no_world_tokens_gives_a_connected_zero_not_nan(normalization):
+    logps = torch.randn(3, 5, requires_grad=True)
+    out = world_loss(logps, torch.zeros(3, 5, dtype=torch.bool), normalization=normalization)
+    assert out.loss.item() == 0.0 and out.loss.requires_grad
+    out.loss.backward()
+    assert torch.equal(logps.grad, torch.zeros_like(logps))
+    # also with a global divisor of 0 (no world tokens anywhere in the generation batch)
+    logps.grad = None
+    out = world_loss(logps, torch.zeros(3, 5, dtype=torch.bool), normalization=normalization,
+                     divisor=divisor_for(torch.tensor(0.0), num_processes=2, gradient_accumulation_steps=2,
+                                         steps_per_generation=2, training=True))
+    out.loss.backward()
+    assert not torch.isnan(out.loss) and torch.equal(logps.grad, torch.zeros_like(logps))
+
+
+def test_masked_out_nan_or_inf_never_leaks():
+    logps = torch.tensor([[-1.0, float("nan"), -float("inf")]], requires_grad=True)
+    out = world_loss(logps, torch.tensor([[1, 0, 0]]), normalization="token")
+    out.loss.backward()
+    assert out.loss.item() == 1.0 and torch.equal(logps.grad, torch.tensor([[-1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+@pytest.mark.parametrize("processes, accumulation", [(1, 1), (1, 4), (2, 2), (4, 1)])
+def test_exact_under_gradient_accumulation_and_data_parallel(normalization, processes, accumulation):
+    """Sum over micro-batches, mean over processes (DDP) == the full-batch mean, for any split."""
+    logps, mask = _batch(b=8)
+    full_logps = logps.clone().requires_grad_(True)
+    world_loss(full_logps, mask, normalization=normalization).loss.backward()
+    reference = full_logps.grad
+
+    split_logps = logps.clone().requires_grad_(True)
+    count = global_count(mask, normalization)  # gathered over the generation batch and every process
+    per_process = 8 // processes
+    micro = per_process // accumulation
+    grads_per_process = []
+    for p in range(processes):
+        acc = torch.zeros_like(logps)
+        for k in range(accumulation):
+            rows = slice(p * per_process + k * micro, p * per_process + (k + 1) * micro)
+            divisor = divisor_for(count, num_processes=processes, gradient_accumulation_steps=accumulation,
+                                  steps_per_generation=accumulation, training=True)
+            part = split_logps[rows]
+            (g,) = torch.autograd.grad(world_loss(part, mask[rows], normalization=normalization,
+                                                  divisor=divisor).loss, part)
+            acc[rows] += g
+        grads_per_process.append(acc)
+    ddp = sum(grads_per_process) / processes  # DDP all-reduce averages gradients
+    torch.testing.assert_close(ddp, reference)
+
+
+def test_micro_batch_mean_without_divisor_is_not_the_batch_mean():
+    """The naive per-micro-batch mean is biased when token counts differ: why the global count exists."""
+    logps = torch.tensor([[-1.0, -1.0, -1.0], [-4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    naive = sum(world_loss(logps[i:i + 1], mask[i:i + 1], normalization="token").loss for i in range(2)) / 2
+    exact = world_loss(logps, mask, normalization="token").loss
+    assert naive.item() == pytest.approx(2.5) and exact.item() == pytest.approx(7 / 4)
+
+
+def test_eval_divisor_is_not_rescaled():
+    c = torch.tensor(12.0)
+    assert divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2,
+                       training=False).item() == 6.0
+    assert divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2,
+                       training=True).item() == 12.0
+
+
+def test_schedules():
+    assert world_coeff_at(99, coeff=0.05) == 0.05
+    lin = dict(coeff=0.1, schedule="linear_decay", end=0.0, steps=[10])
+    assert [world_coeff_at(s, **lin) for s in (0, 5, 10, 50)] == pytest.approx([0.1, 0.05, 0.0, 0.0])
+    assert world_coeff_at(25, coeff=0.1, schedule="linear_decay", end=0.02, max_steps=100) == pytest.approx(0.08)
+    step = dict(coeff=0.1, schedule="step_decay", steps=[10, 20], values=[0.05, 0.01])
+    assert [world_coeff_at(s, **step) for s in (0, 9, 10, 19, 20, 1000)] == [0.1, 0.1, 0.05, 0.05, 0.01, 0.01]
+    assert not math.isnan(world_coeff_at(0, coeff=0.1, schedule="linear_decay", max_steps=0))

@@ -1,0 +1,129 @@
+"""`echo-trl train`: TRL-style flags / YAML / PEFT, save_state + save_model, and the CPU demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from echo_trl.cli import main as cli_main
+from echo_trl.commands import train as train_cmd
+from echo_trl.dataset import build_awm_dataset
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A tiny model directory and train / held-out trajectory datasets (synthetic AWM-style episodes)."""
+    from echo_trl.tiny import ensure_tiny_model
+
+    root = tmp_path_factory.mktemp("traincli")
+    episodes = train_cmd.write_episodes(train_cmd.synthetic_episodes(n_tasks=4, per_task=4), root / "eps.jsonl")
+    ds = build_awm_dataset([episodes])
+    train = ds.filter(lambda r: r["task_idx"] != 3)
+    held = ds.filter(lambda r: r["task_idx"] == 3)
+    train.save_to_disk(str(root / "train"))
+    held.save_to_disk(str(root / "held"))
+    corpus = [m["content"] for row in ds for m in row["completion"]]
+    model = ensure_tiny_model(root / "model", family="qwen3", corpus=corpus, vocab_size=800, hidden_size=32)
+    return root, model, episodes
+
+
+def _flags(root, model, out, *extra):
+    return ["train", "--model_name_or_path", str(model), "--dataset_name", str(root / "train"),
+            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
+            "--num_generations", "2", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
+            "--max_completion_length", "1024", "--gradient_checkpointing", "false", "--dtype", "float32",
+            "--disable_tqdm", "true", *extra]
+
+
+def test_help_explains_offline_training_and_the_demo(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["train", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for needle in ("--world_model_coeff", "--use_peft", "--dataset_name", "--config", "NO arguments", "demo",
+                   "--world_loss_temperature", "eval_world/ce_env"):
+        assert needle in text, needle
+
+
+def test_trl_style_run_saves_state_and_model_and_reports_heldout_ce(assets, tmp_path, capsys):
+    root, model, _ = assets
+    yaml = tmp_path / "recipe.yaml"
+    yaml.write_text("world_model_coeff: 0.07\nlearning_rate: 0.001\nlogging_steps: 1\n")
+    out = tmp_path / "run"
+    rc = cli_main(_flags(root, model, out, "--config", str(yaml), "--eval_strategy", "steps", "--eval_steps", "1",
+                         "--eval_dataset_name", str(root / "held"), "--per_device_eval_batch_size", "2"))
+    assert rc == 0
+    state = json.loads((out / "trainer_state.json").read_text())
+    logs = state["log_history"]
+    assert any(h.get("world/coeff") == 0.07 for h in logs)
+    assert any("eval_world/ce_env" in h for h in logs)
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists()
+    assert "held-out env CE" in capsys.readouterr().out
+
+
+def test_use_peft_saves_an_adapter(assets, tmp_path):
+    root, model, _ = assets
+    out = tmp_path / "lora"
+    rc = cli_main(_flags(root, model, out, "--use_peft", "--lora_r", "4", "--lora_alpha", "8",
+                         "--lora_target_modules", "q_proj", "v_proj"))
+    assert rc == 0
+    assert (out / "adapter_model.safetensors").exists() and (out / "trainer_state.json").exists()
+    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert any(h.get("world/tokens_env", 0) > 0 and h.get("world/loss_scaled", 0) > 0 for h in logs)
+
+
+def test_missing_dataset_is_a_usage_error(assets, tmp_path, capsys):
+    _, model, _ = assets
+    rc = cli_main(["train", "--model_name_or_path", str(model), "--output_dir", str(tmp_path), "--use_cpu",
+                   "--report_to", "none"])
+    assert rc == 2 and "--dataset_name is required" in capsys.readouterr().err
+
+
+def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(train_cmd, "run_demo", lambda args: seen.setdefault("args", args) and 0)
+    assert cli_main(["train"]) == 0
+    args = seen["args"]
+    assert args.world_model_coeff == 0.05 and args.output_dir == "outputs/echo-demo" and args.data_dir is None
+
+
+def test_demo_end_to_end_small(assets, tmp_path, capsys):
+    root, _, episodes = assets
+    out = tmp_path / "demo"
+    rc = cli_main(["train", "--demo", "--output_dir", str(out), "--data_dir", str(episodes), "--max_steps", "2",
+                   "--eval_steps", "1", "--model_cache_dir", str(tmp_path / "cache")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    runs = metrics["runs"]
+    echo, grpo = runs["ECHO (lambda=0.05)"], runs["GRPO (lambda=0)"]
+    assert [s for s, _ in echo["eval_curve"]] == [0, 1, 2]
+    assert echo["heldout_ce_env_before"] == pytest.approx(grpo["heldout_ce_env_before"])  # same start model
+    assert echo["eval_curve"][-1][1] == pytest.approx(echo["heldout_ce_env_after"], rel=1e-4)
+    assert (out / "env_ce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("echo", "grpo_baseline"):
+        assert (out / name / "model.safetensors").exists() and (out / name / "trainer_state.json").exists()
+    assert list((tmp_path / "cache").glob("tiny-qwen3-*/echo_trl_tiny.json"))
+
+
+def test_demo_split_follows_splits_json_and_tools_shrink_to_names(assets, tmp_path):
+    import json as _json
+
+    root, _, episodes = assets
+    ds = build_awm_dataset([episodes])
+    spec = tmp_path / "splits.json"
+    scenario, task = ds[0]["scenario"], ds[0]["task_idx"]
+    spec.write_text(_json.dumps({scenario: {"train": [], "held_out": [task]}}))
+    train, held = train_cmd._split(ds, spec)
+    assert set(held["group_id"]) == {f"{scenario}/{task}"} and len(train) + len(held) == len(ds)
+    train, held = train_cmd._split(ds, None)  # no spec: every 4th task group is held out
+    assert len(set(held["group_id"])) == 1 and not set(held["group_id"]) & set(train["group_id"])
+    full = {"type": "function", "function": {"name": "get_book", "description": "x" * 500,
+                                             "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}}
+    small = train_cmd._names_only_tools(ds.map(lambda r: {"tools": [_json.dumps(full)]}))
+    tool = _json.loads(small[0]["tools"][0])
+    assert tool["function"]["name"] == "get_book" and tool["function"]["description"] == ""

@@ -1,0 +1,480 @@
+"""EchoGRPOTrainer with tiny local models: one forward, lambda=0 == GRPO, gradients vs a reference,
+exact accumulation, offline advantages, importance ratios, held-out CE, online env masks."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from conftest import tiny_tokenizer
+
+from echo_trl.config import EchoGRPOConfig
+from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.errors import EchoTrlError
+from echo_trl.roles import Trajectory, tool_call
+from echo_trl.tiny import build_tiny_model
+from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+
+def trajectory(i: int, reward: float, group: str, *, error: bool = False, warning: bool = False,
+               empty_outputs: bool = False, behavior=None) -> Trajectory:
+    outs = [f'{{"items": [{i}, {i + 1}], "total": {2 * i}}}', "Error: out of stock" if error else f"added {i}"]
+    if empty_outputs:
+        outs = ["", ""]
+    completion = []
+    for k, out in enumerate(outs):
+        name = ("search", "add")[k]
+        completion.append({"role": "assistant", "content": "", "tool_calls": [tool_call(name, {"id": i + k})]})
+        completion.append({"role": "tool", "name": name, "content": out})
+    warnings = [[] for _ in completion]
+    if warning:
+        warnings[1] = ["harness: rate limited"]
+    return Trajectory(
+        prompt=[{"role": "system", "content": "Shop agent."}, {"role": "user", "content": f"Buy item {i}."}],
+        completion=completion, warnings=warnings, reward=reward, group_id=group, scenario=f"shop{i % 2}",
+        task_idx=i, tools=[{"type": "function", "function": {"name": n, "description": "", "parameters": {
+            "type": "object", "properties": {"id": {"type": "integer"}}}}} for n in ("search", "add")],
+        behavior_logprobs=behavior)
+
+
+def dataset(n: int = 4, **kw):
+    rewards = [1.0, 0.0, 0.5, 0.1, 1.0, 0.3, 0.7, 0.2]
+    return trajectories_to_dataset([trajectory(i, rewards[i % 8], f"g{i // 2}", warning=(i == 1), **kw)
+                                    for i in range(n)])
+
+
+def tiny_model(seed: int = 0):
+    return build_tiny_model(tiny_tokenizer("qwen3"), "qwen3", hidden_size=32, num_layers=2, num_heads=4, seed=seed)
+
+
+def make_trainer(tmp_path, ds=None, *, model=None, eval_dataset=None, **kw):
+    args = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=1,
+                use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
+                max_completion_length=1024, gradient_checkpointing=False, learning_rate=1e-2, disable_tqdm=True,
+                per_device_eval_batch_size=2)
+    args.update(kw)
+    trainer = EchoGRPOTrainer(model or tiny_model(), args=EchoGRPOConfig(**args),
+                              train_dataset=dataset() if ds is None else ds, eval_dataset=eval_dataset,
+                              processing_class=tiny_tokenizer("qwen3"))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    return trainer
+
+
+def batch(trainer, ds=None):
+    rows = list(trainer.train_dataset if ds is None else ds)
+    return trainer._generate_and_score_completions(rows)
+
+
+def reference_logps(model, inputs, temperature: float = 1.0):
+    """Completion-token log-probs from full logits of the model's original forward (no TRL kernel)."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    logits = model(input_ids=ids, attention_mask=attn).logits  # fused_lm_head=False: the model's own head
+    k = inputs["completion_ids"].size(1)
+    logp = torch.log_softmax(logits[:, -k - 1:-1].float() / temperature, dim=-1)
+    return logp.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def reference_world_loss(model, inputs, normalization: str, temperature: float = 1.0):
+    logp = reference_logps(model, inputs, temperature)
+    mask = inputs["env_output_mask"].bool() & inputs["completion_mask"].bool()
+    nll = torch.where(mask, -logp, torch.zeros_like(logp))
+    if normalization == "token":
+        return nll.sum() / mask.sum()
+    per_seq = mask.sum(-1)
+    keep = per_seq > 0
+    return (nll.sum(-1)[keep] / per_seq[keep]).mean()
+
+
+def count_forwards(model):
+    calls = []
+    handle = model.model.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    return calls, handle
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("coeff, temperature", [(0.0, 1.0), (0.05, 1.0), (0.05, 0.7)])
+def test_one_grad_forward_per_micro_batch(tmp_path, coeff, temperature):
+    """As many forwards as plain GRPO: one grad-enabled per micro-batch, none without grad (on-policy data),
+    also when the world CE runs at another temperature than TRL's log-probs."""
+    trainer = make_trainer(tmp_path, dataset(8), world_model_coeff=coeff, temperature=temperature,
+                           per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=2)
+    calls, handle = count_forwards(trainer.model)
+    trainer.train()
+    handle.remove()
+    assert calls == [True] * 4  # 2 optimizer steps x 2 micro-batches
+    logs = [h for h in trainer.state.log_history if "world/ce_env" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["world/ce_env"]) for h in logs)
+
+
+def test_misaligned_generation_gets_old_logps_from_one_no_grad_forward_like_trl(tmp_path):
+    """num_iterations=2 reuses each batch: like TRL, one no-grad forward per generation batch records the
+    sampling-time log-probs, then one grad forward per micro-batch."""
+    trainer = make_trainer(tmp_path, num_iterations=2, max_steps=2)
+    calls, handle = count_forwards(trainer.model)
+    trainer.train()
+    handle.remove()
+    assert calls == [False, True, True]
+    ratios = [h["clip_ratio/region_mean"] for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
+    assert len(ratios) == 2
+
+
+def test_kl_term_with_reference_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    tiny_model().save_pretrained(tmp_path / "model")  # TRL loads the reference model from the policy's path
+    trainer = make_trainer(tmp_path, model=AutoModelForCausalLM.from_pretrained(tmp_path / "model"), beta=0.04)
+    inputs = batch(trainer)
+    assert "ref_per_token_logps" in inputs
+    loss = trainer._compute_loss(trainer.model, inputs)
+    assert torch.isfinite(loss) and trainer._metrics["train"]["kl"] == [pytest.approx(0.0, abs=1e-6)]
+
+
+def test_lambda_zero_reproduces_grpo_loss_exactly(tmp_path):
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(tmp_path, world_model_coeff=0.0)
+    inputs = batch(trainer)
+    model = trainer.model
+    echo = trainer._compute_loss(model, inputs)
+    (g_echo,) = torch.autograd.grad(echo, [model.model.embed_tokens.weight])
+    grpo = GRPOTrainer._compute_loss(trainer, model, inputs)
+    (g_grpo,) = torch.autograd.grad(grpo, [model.model.embed_tokens.weight])
+    assert torch.equal(echo, grpo) and torch.equal(g_echo, g_grpo)
+    assert echo.item() != 0.0  # a real policy loss (advantages are non-zero)
+
+    # and lambda > 0 adds exactly lambda x (independent full-logits CE) to that same GRPO loss
+    trainer.args.world_model_coeff = 0.05
+    with_world = trainer._compute_loss(model, inputs)
+    ref = reference_world_loss(model, inputs, "sequence")
+    assert with_world.item() == pytest.approx(grpo.item() + 0.05 * ref.item(), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_world_gradient_matches_full_logits_reference(tmp_path, normalization):
+    trainer = make_trainer(tmp_path, world_model_coeff=1.0, use_policy_loss=False,
+                           world_loss_normalization=normalization)
+    inputs = batch(trainer)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    loss = trainer._compute_loss(trainer.model, inputs)
+    grads = torch.autograd.grad(loss, params)
+    ref = reference_world_loss(trainer.model, inputs, normalization)
+    ref_grads = torch.autograd.grad(ref, params)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_world_temperature_one_is_true_ce_even_when_trl_samples_at_0_7(tmp_path):
+    trainer = make_trainer(tmp_path, world_model_coeff=1.0, use_policy_loss=False, temperature=0.7,
+                           world_loss_temperature=1.0, world_loss_normalization="token")
+    inputs = batch(trainer)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    calls, handle = count_forwards(trainer.model)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    handle.remove()
+    assert calls == [True]
+    grads = torch.autograd.grad(loss, params)
+    ref = reference_world_loss(trainer.model, inputs, "token", temperature=1.0)
+    ref_grads = torch.autograd.grad(ref, params)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    assert abs(ref.item() - reference_world_loss(trainer.model, inputs, "token", 0.7).item()) > 1e-3
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+
+
+def test_batch_without_env_tokens_trains_policy_and_gives_zero_world_loss(tmp_path):
+    ds = dataset(4, empty_outputs=True)
+    trainer = make_trainer(tmp_path, ds, world_model_coeff=0.05)
+    inputs = batch(trainer)
+    assert inputs["env_output_mask"].sum() == 0
+    loss = trainer._compute_loss(trainer.model, inputs)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in trainer.model.parameters() if p.grad is not None)
+    world_only = make_trainer(tmp_path, ds, world_model_coeff=1.0, use_policy_loss=False)
+    wl = world_only._compute_loss(world_only.model, batch(world_only))
+    assert wl.item() == 0.0 and wl.requires_grad
+    wl.backward()  # graph-connected zero
+    m = world_only._metrics["train"]
+    assert m["world/tokens_env"] == [0.0] and "world/ce_env" not in m
+
+
+def test_offline_advantages_by_group_and_each_trajectory_once_per_epoch(tmp_path):
+    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.5, "b"),
+          trajectory(4, 1.0, "solo"), trajectory(5, 0.2, "other")]
+    ds = trajectories_to_dataset(ts)
+    trainer = make_trainer(tmp_path, ds, per_device_train_batch_size=2, scale_rewards="group")
+    adv = trainer.train_dataset[ADVANTAGE_COLUMN]
+    assert adv == pytest.approx([0.5 / (0.70711 + 1e-4), -0.5 / (0.70711 + 1e-4), 0, 0, 0, 0], rel=1e-4)
+    inputs = trainer._generate_and_score_completions(list(trainer.train_dataset)[:2])
+    assert inputs["advantages"].tolist() == pytest.approx(adv[:2])
+    sampler = trainer._get_train_sampler()
+    indices = list(sampler)
+    # each generation batch (2 rows) is repeated steps_per_generation x num_iterations = 1 times
+    assert sorted(indices) == list(range(6)) and len(trainer.get_train_dataloader()) == 3
+
+
+def test_gradient_accumulation_is_exact(tmp_path):
+    """Loss gradient of 4 trajectories in one micro-batch == accumulated over 2 micro-batches of 2."""
+    from trl.trainer.utils import split_tensor_dict
+
+    model = tiny_model()
+    whole = make_trainer(tmp_path / "a", model=copy.deepcopy(model), world_model_coeff=0.5,
+                         world_loss_normalization="token")
+    whole._compute_loss(whole.model, batch(whole)).backward()
+    split = make_trainer(tmp_path / "b", model=copy.deepcopy(model), world_model_coeff=0.5,
+                         world_loss_normalization="token", per_device_train_batch_size=2,
+                         gradient_accumulation_steps=2)
+    gen = batch(split)
+    assert split.args.steps_per_generation == 2
+    for part in split_tensor_dict(gen, 2):
+        split._compute_loss(split.model, part).backward()
+    for (name, a), b in zip(whole.model.named_parameters(), split.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_importance_ratio_uses_behavior_logprobs(tmp_path):
+    trainer = make_trainer(tmp_path)
+    inputs = batch(trainer)
+    assert "old_per_token_logps" not in inputs  # no recordings: on-policy, as TRL without vLLM
+    on_policy = trainer._compute_loss(trainer.model, inputs).item()
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, ids.size(1) -
+                                                                 inputs["prompt_ids"].size(1))
+    action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
+    # The batch rows follow the dataset order (no shuffle in _generate_and_score_completions)
+    recorded = [logps[i][action[i]].tolist() for i in range(len(logps))]
+    ds_same = trajectories_to_dataset([trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1),
+                                                  behavior=recorded[i]) for i in range(4)])
+    same = make_trainer(tmp_path, ds_same, model=trainer.model)
+    same_inputs = batch(same)
+    assert torch.isfinite(same_inputs["old_per_token_logps"][action]).all()
+    assert same._compute_loss(same.model, same_inputs).item() == pytest.approx(on_policy, abs=1e-5)
+    shifted = [[v - 0.5 for v in r] for r in recorded]  # behavior was less likely: ratio e^0.5 > 1 + epsilon
+    ds_shift = trajectories_to_dataset([trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1),
+                                                   behavior=shifted[i]) for i in range(4)])
+    off = make_trainer(tmp_path, ds_shift, model=trainer.model)
+    off_loss = off._compute_loss(off.model, batch(off)).item()
+    assert off_loss != pytest.approx(on_policy, abs=1e-4)
+    assert off._metrics["train"]["clip_ratio/high_mean"][-1] > 0
+
+
+def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
+    from echo_trl.world_eval import evaluate_world_model
+
+    held = trajectories_to_dataset([trajectory(10 + i, 0.5, f"h{i}", warning=(i == 0)) for i in range(5)])
+    trainer = make_trainer(tmp_path, eval_dataset=held)
+    metrics = trainer.evaluate()
+    ref = evaluate_world_model(trainer.model, tiny_tokenizer("qwen3"), held)
+    assert metrics["eval_world/ce_env"] == pytest.approx(ref["ce_env"], rel=1e-5)
+    assert metrics["eval_world/ce_warning"] == pytest.approx(ref["ce_warning"], rel=1e-5)
+    again = trainer.evaluate()  # totals restart with each evaluation
+    assert again["eval_world/ce_env"] == pytest.approx(ref["ce_env"], rel=1e-5)
+    # completions cut to max_completion_length (at a message end) are measured the same way by both
+    from echo_trl.tokenization import tokenize_with_roles
+
+    t = tokenize_with_roles(tiny_tokenizer("qwen3"), held[0])
+    limit = t.message_token_spans[1][1] - t.prompt_length + 2  # room for the first call and its result only
+    short = make_trainer(tmp_path, eval_dataset=held, model=trainer.model, max_completion_length=limit)
+    cut = evaluate_world_model(short.model, tiny_tokenizer("qwen3"), held, max_completion_length=limit)
+    assert 0 < cut["tokens_env"] < ref["tokens_env"]
+    assert short.evaluate()["eval_world/ce_env"] == pytest.approx(cut["ce_env"], rel=1e-5)
+
+
+def test_training_logs_world_metrics_and_filter_counters(tmp_path):
+    ts = [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", error=(i % 2 == 0), warning=(i == 1))
+          for i in range(4)]
+    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), wm_filter_min_correct_pct=100)
+    trainer.train()
+    log = next(h for h in trainer.state.log_history if "world/ce_env" in h)
+    for key in ("world/ce_warning", "world/loss_unscaled", "world/loss_scaled", "world/coeff", "world/tokens_env",
+                "world/tokens_warning", "world/tokens_action", "world/filtered_rollouts", "world/filtered_frac"):
+        assert key in log, key
+    assert log["world/filtered_rollouts"] == 2 and log["world/coeff"] == 0.05
+    assert log["world/tokens_warning"] > 0 and log["world/tokens_env"] > 0
+    assert log["world/loss_scaled"] == pytest.approx(0.05 * log["world/loss_unscaled"])
+
+
+def test_clear_errors_for_unsupported_combinations(tmp_path):
+    def tool(x: int) -> int:
+        """Echo.
+
+        Args:
+            x: a number.
+        """
+        return x
+
+    args = dict(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, use_cpu=True,
+                report_to="none")
+    with pytest.raises(EchoTrlError, match="recorded trajectories"):
+        EchoGRPOTrainer(tiny_model(), args=EchoGRPOConfig(**args), train_dataset=dataset(),
+                        processing_class=tiny_tokenizer("qwen3"), tools=[tool], reward_funcs=[lambda **k: [0.0]])
+    with pytest.raises(EchoTrlError, match="Liger"):
+        EchoGRPOTrainer(tiny_model(), args=EchoGRPOConfig(**args, use_liger_kernel=True,
+                                                          liger_kernel_config={"fused_linear_cross_entropy": True}),
+                        train_dataset=dataset(), processing_class=tiny_tokenizer("qwen3"))
+    with pytest.raises(EchoTrlError, match="EchoGRPOConfig"):
+        from trl import GRPOConfig
+
+        EchoGRPOTrainer(tiny_model(), args=GRPOConfig(**args), train_dataset=dataset(),
+                        processing_class=tiny_tokenizer("qwen3"))
+
+
+# --------------------------------------------------------------------------------------------
+# Online
+
+
+def _prompt_dataset(n=2):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": "Weather in Paris?"}]] * n})
+
+
+def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch):
+    """TRL's own multi-turn tool loop (scripted model turns): the env mask is the tool result, not the
+    role header, <tool_response> tags or next generation prompt TRL also marks tool_mask == 0."""
+    tok = tiny_tokenizer("qwen3")
+
+    def lookup(city: str) -> str:
+        """Weather of a city.
+
+        Args:
+            city: the city name.
+        """
+        return f"Sunny in {city}, 21 C"
+
+    trainer = EchoGRPOTrainer(
+        tiny_model(), reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                            max_steps=1, use_cpu=True, bf16=False, report_to="none", max_completion_length=128,
+                            gradient_checkpointing=False, disable_tqdm=True, world_model_coeff=0.05),
+        train_dataset=_prompt_dataset(), processing_class=tok, tools=[lookup])
+    call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+    turns = iter([call, "It is sunny.<|im_end|>"])
+
+    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        ids = tok(next(turns), add_special_tokens=False)["input_ids"]
+        return [list(ids) for _ in prompt_ids], None
+
+    monkeypatch.setattr(trainer, "_generate_single_turn", scripted)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(list(trainer.train_dataset))
+    env, tmask, ids = out["env_output_mask"], out["tool_mask"], out["completion_ids"]
+    for i in range(2):
+        env_ids = ids[i][env[i].bool()].tolist()
+        assert tok.decode(env_ids).strip() == "Sunny in Paris, 21 C"
+        span = ids[i][(tmask[i] == 0) & out["completion_mask"][i].bool()].tolist()
+        assert len(span) > len(env_ids) and "<tool_response>" in tok.decode(span)
+    assert torch.equal(out["world_mask"], env)
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer._compute_loss(trainer.model, out)
+    assert torch.isfinite(loss)
+    assert trainer._metrics["train"]["world/tokens_env"][-1] == env.sum().item()
+
+
+def _rollout(tok):
+    def rollout(prompts, trainer):
+        p = tok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        c = tok("call<|im_end|>result text warn", add_special_tokens=False)["input_ids"]
+        n = len(c)
+        return {"prompt_ids": [p] * len(prompts), "completion_ids": [c] * len(prompts), "logprobs": None,
+                "env_mask": [[1] * 3 + [0] * (n - 3)] * len(prompts),
+                "env_output_mask": [[0] * 3 + [1] * (n - 4) + [0]] * len(prompts),
+                "warning_mask": [[0] * (n - 1) + [1]] * len(prompts)}
+
+    return rollout
+
+
+def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
+    tok = tiny_tokenizer("qwen3")
+    rollout = _rollout(tok)
+    trainer = EchoGRPOTrainer(
+        tiny_model(), reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                            max_steps=1, use_cpu=True, bf16=False, report_to="none", max_completion_length=64,
+                            gradient_checkpointing=False, disable_tqdm=True, logging_steps=1),
+        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=rollout)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(list(trainer.train_dataset))
+    n = out["completion_mask"][0].sum().item()
+    assert out["env_output_mask"][0, :n].tolist() == [0] * 3 + [1] * (n - 4) + [0]
+    assert out["warning_mask"][0, :n].tolist() == [0] * (n - 1) + [1]
+    trainer.train()
+    log = next(h for h in trainer.state.log_history if "world/tokens_env" in h)
+    assert log["world/tokens_env"] == 2 * (n - 4) and log["world/tokens_warning"] == 2
+
+
+def test_verifier_free_online_echo_needs_no_reward(tmp_path):
+    tok = tiny_tokenizer("qwen3")
+    trainer = EchoGRPOTrainer(
+        tiny_model(), args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                                          max_steps=1, use_cpu=True, bf16=False, report_to="none",
+                                          max_completion_length=64, gradient_checkpointing=False, disable_tqdm=True,
+                                          logging_steps=1, use_policy_loss=False, world_model_coeff=1.0),
+        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=_rollout(tok))
+    trainer.train()
+    log = next(h for h in trainer.state.log_history if "world/loss_scaled" in h)
+    assert log["loss"] == pytest.approx(log["world/loss_scaled"], rel=1e-4)  # world term only
+    assert "clip_ratio/region_mean" not in log  # no policy term was computed
+
+
+_DDP_SCRIPT = """
+import os, sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {tests!r})
+import torch
+from transformers import TrainerCallback
+from test_trainer import dataset, tiny_model
+from conftest import tiny_tokenizer
+from echo_trl.config import EchoGRPOConfig
+from echo_trl.trainer import EchoGRPOTrainer
+
+per, out, norm = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+class Grab(TrainerCallback):
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+        if int(os.environ.get("RANK", "0")) == 0:
+            torch.save({{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}, out)
+
+args = EchoGRPOConfig(output_dir=os.path.dirname(out), per_device_train_batch_size=per, num_generations=2,
+                      max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                      gradient_checkpointing=False, disable_tqdm=True, shuffle_dataset=False, max_grad_norm=0.0,
+                      world_loss_normalization=norm, world_model_coeff=0.5)
+EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), processing_class=tiny_tokenizer("qwen3"),
+                callbacks=[Grab()]).train()
+"""
+
+
+@pytest.mark.parametrize("normalization", ["sequence"])
+def test_two_processes_give_the_single_process_gradient(tmp_path, normalization):
+    """Real data parallelism (torchrun, 2 CPU processes, gloo): the all-reduced gradient of 2 x 2 trajectories
+    equals the gradient of the same 4 trajectories in one process (global counts, not per-process means)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "ddp_run.py"
+    script.write_text(_DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
+    single = subprocess.run([sys.executable, str(script), "4", str(tmp_path / "single.pt"), normalization],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", "29517", str(script), "2", str(tmp_path / "ddp.pt"), normalization],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-7, msg=name)
