@@ -21,6 +21,17 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def setup(args) -> None:
+    """Quiet logs and pin torch's CPU threads (``--threads``, default 1: on a shared or small machine OpenMP
+    threads that wait on each other made steps 20x slower and the A/B timings noisy)."""
+    import torch
+
+    quiet()
+    threads = getattr(args, "threads", None)
+    if not torch.cuda.is_available() or threads:
+        torch.set_num_threads(threads or 1)
+
+
 def alternate(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
     """Run each variant ``repeats`` times, interleaved (A B A B ...), so drift hits both alike."""
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -46,3 +57,168 @@ def report(rows: list[tuple[str, ...]], header: tuple[str, ...], results: dict, 
         args.output.write_text(json.dumps(results, indent=2))
     if args.json:
         print(json.dumps(results))
+
+
+# --------------------------------------------------------------------------------------------
+# Peak memory on CPU (and CUDA when present), and A/B runs that record time and memory together
+
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+
+
+def ensure_malloc_env() -> None:
+    """Re-exec once with a fixed glibc mmap threshold, so freed tensors go back to the OS at once.
+
+    Without it glibc keeps freed blocks (its mmap threshold grows after every large free) and a later
+    allocation reuses them without raising the resident set: peak-RSS deltas would read too low.
+    Call it first thing in ``__main__`` (never in-process from tests).
+    """
+    import os
+    import sys
+
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    os.environ.update(MALLOC_ENV)
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def _status_mb(key: str) -> float:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def memory_method() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "torch.cuda.max_memory_allocated delta"
+    return "peak RSS delta (Linux VmHWM reset via /proc/self/clear_refs), glibc mmap threshold pinned"
+
+
+def measure_call(fn: Callable[[], object]) -> tuple[float, float]:
+    """``(seconds, peak memory above the level at the call, MiB)`` of one ``fn()``.
+
+    CUDA: the allocator's peak. CPU: the kernel's resident-set high-water mark, reset just before
+    the call (``/proc/self/clear_refs`` = 5), minus the resident set at that moment: everything the
+    call allocates (torch tensors, Python objects) counts, freed memory is not double counted.
+    """
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        return dt, (torch.cuda.max_memory_allocated() - base) / 2**20
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    base = _status_mb("VmRSS")
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return dt, _status_mb("VmHWM") - base
+
+
+def alternate_measured(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+                       ) -> dict[str, dict[str, list[float]]]:
+    """Like :func:`alternate` (A B A B ...), recording each call's time and peak memory delta."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    out = {k: {"seconds": [], "peak_mb": []} for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            dt, mb = measure_call(fn)
+            out[name]["seconds"].append(dt)
+            out[name]["peak_mb"].append(mb)
+    return out
+
+
+def quiet() -> None:
+    """Silence progress bars and deprecation chatter (benchmarks print one table)."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    logging.getLogger("echo_trl").setLevel(logging.ERROR)
+
+
+def bundled_dataset(compact_tools: bool = True):
+    """The 60 captured ``library_1`` episodes as a trajectory dataset (AWM-length trajectories)."""
+    from echo_trl.dataset import build_awm_dataset
+
+    return build_awm_dataset([REPO / "data" / "episodes"], compact_tools=compact_tools)
+
+
+def corpus_of(ds) -> list[str]:
+    """Message texts and tool-call arguments of a trajectory dataset (to train a tiny tokenizer on)."""
+    texts = []
+    for row in ds:
+        texts += [m["content"] or "" for m in row["prompt"] + row["completion"]]
+        texts += [str(c["function"]["arguments"]) + c["function"]["name"] for m in row["completion"]
+                  for c in (m.get("tool_calls") or [])]
+    return texts
+
+
+def fit_exponent(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log(y) on log(x): y ~ x ** slope."""
+    import math
+
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-12)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / den if den else float("nan")
+
+
+def echo_trainer(model, tokenizer, train_dataset, output_dir: str, **overrides):
+    """An offline ``EchoGRPOTrainer`` ready for hand-driven steps (``step(trainer, rows)``)."""
+    from echo_trl.config import EchoGRPOConfig
+    from echo_trl.trainer import EchoGRPOTrainer
+
+    kw = dict(output_dir=output_dir, per_device_train_batch_size=2, num_generations=2, max_steps=10_000,
+              use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
+              max_completion_length=None, gradient_checkpointing=False, learning_rate=1e-5, disable_tqdm=True,
+              lr_scheduler_type="constant", warmup_steps=0, seed=0)
+    kw.update(overrides)
+    trainer = EchoGRPOTrainer(model, args=EchoGRPOConfig(**kw), train_dataset=train_dataset,
+                              processing_class=tokenizer)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    trainer.create_optimizer()
+    return trainer
+
+
+def echo_step(trainer, rows) -> float:
+    """One offline optimizer step as ``Trainer.train`` runs it: collate, forward, backward, AdamW, zero grad."""
+    loss = trainer.training_step(trainer.model, rows, None)
+    trainer.optimizer.step()
+    trainer.model.zero_grad(set_to_none=True)
+    trainer.state.global_step += 1
+    return float(loss)
+
+
+def trainer_rows(trainer, rows: list[dict]) -> list[dict]:
+    """Rows as the trainer's dataloader hands them over (with the precomputed advantage column)."""
+    return list(rows)

@@ -1,0 +1,83 @@
+"""Smoke test of every benchmark's cheapest path, in-process: JSON keys and positive, finite ratios.
+
+No timing assertions (timings are what the benchmarks measure, on whatever machine runs them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def positive_finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def last_json_line(capsys) -> dict:
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    return json.loads(lines[-1])
+
+
+def test_echo_overhead(capsys, tmp_path):
+    import echo_overhead
+
+    out = echo_overhead.main(["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1",
+                              "--max_completion_length", "32", "--no_tool_schemas", "--output", str(tmp_path / "r.json")])
+    assert last_json_line(capsys) == json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(out))
+    for key in ("time_ratio", "memory_ratio", "time_ratio_of_medians", "median_step_seconds", "median_peak_mb",
+                "memory_method"):
+        assert key in out
+    assert positive_finite(out["time_ratio"]) and positive_finite(out["memory_ratio"])
+
+
+def test_vs_sft(capsys):
+    import vs_sft
+
+    out = vs_sft.main(["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1",
+                       "--max_completion_length", "32", "--no_tool_schemas"])
+    assert last_json_line(capsys)["benchmark"] == "vs_sft"
+    assert positive_finite(out["time_ratio"]) and positive_finite(out["memory_ratio"])
+    assert set(out["median_step_seconds"]) == {"echo (lambda=0.05)", "sft"}
+
+
+def test_vs_full_logits():
+    """In a subprocess: the script re-execs with a pinned glibc mmap threshold, so freed memory leaves the
+    resident set (in-process, after other tests, glibc reuses freed blocks and small peaks read as 0)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(BENCH / "vs_full_logits.py"), "--quick", "--json", "--lengths", "128",
+                           "256", "--vocab_size", "32768", "--repeats", "1"], capture_output=True, text=True,
+                          timeout=300, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["benchmark"] == "vs_full_logits" and out["at_length"] == 256
+    for T in ("128", "256"):
+        r = out["per_length"][T]
+        assert positive_finite(r["memory_ratio"]) and positive_finite(r["time_ratio"])
+        assert r["loss_abs_diff"] < 1e-3  # both compute the same world loss
+
+
+def test_scaling(capsys):
+    import scaling
+
+    out = scaling.main(["--quick", "--json", "--lengths", "512", "1024", "--repeats", "1"])
+    assert last_json_line(capsys)["benchmark"] == "scaling"
+    for key in ("time_exponent", "memory_exponent", "grpo_time_exponent"):
+        assert math.isfinite(out[key])
+    assert all(positive_finite(x) for x in out["echo_over_grpo_time_ratios"])
