@@ -269,10 +269,12 @@ def layout(tokenizer, trajectory: Trajectory) -> _Layout:
             at = probe_text.find(probe)
             full = contents[i]
             pos = at + shift
-            if text.startswith(full, pos):
-                escaped = False
-            elif text.startswith(_escaped(full), pos):
-                escaped = True
+            # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"):
+            # trust the template's known mode, else prefer the escaped form when it differs.
+            forms = {"verbatim": [False], "escaped": [True]}.get(info.tool_content, [True, False])
+            matches = [esc for esc in forms if text.startswith(_escaped(full) if esc else full, pos)]
+            if matches:
+                escaped = matches[0]
             else:
                 raise TemplateError(
                     f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)")

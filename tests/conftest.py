@@ -7,6 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests on a fixed seed (reproducible); locally they explore new examples.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -234,3 +234,16 @@ def test_annotation_marks_exactly_the_learnable_text():
     assert re.findall(r"\[warning\](.*?)\[/warning\]", shown) == ["hurry"]
     plain = re.sub(r"\[/?(action|env_output|warning|observation)\]", "", shown)
     assert plain == tok.decode(rt.input_ids)  # the markers add nothing and lose nothing
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_backslash_outputs_align_in_escaping_templates(family):
+    """Found by hypothesis: '\\' is a prefix of its own JSON-escaped form '\\\\'."""
+    tok = tiny_tokenizer(family)
+    t = make_trajectory(["", "\\", "0", 'a\\"b'])
+    rt = tokenize_with_roles(tok, t)
+    assert rt.text == expected_text(tok, t)
+    for k, msg in enumerate(t.completion):
+        if msg["role"] == "tool" and msg["content"]:
+            got = decode_role(tok, rt, rt.message_token_spans[k], ENV_OUTPUT)
+            assert_covers(got, rendered_content(family, msg["content"]))
