@@ -11,7 +11,8 @@ Kept thin. It overrides these ``GRPOTrainer`` hooks (TRL 1.16; see ``trl_compat.
 * ``_get_per_token_logps_and_entropies``: keeps the log-probs of the loss forward (no second forward);
 * ``_compute_loss``: adds the world term; ``log``: exact held-out env CE in evaluation;
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each
-  recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times).
+  recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times);
+* ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``model_card.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,7 @@ from .collator import (
 from .config import EchoGRPOConfig
 from .errors import DatasetSchemaError, EchoTrlError
 from .loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .model_card import ECHO_PAPER, add_echo_section
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ class EchoGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "echo"]
     _name = "ECHO-GRPO"
+    _paper = ECHO_PAPER
 
     def __init__(self, model, reward_funcs=None, args: EchoGRPOConfig | None = None, train_dataset=None,
                  eval_dataset=None, processing_class=None, reward_processing_classes=None, callbacks=None,
@@ -449,6 +453,23 @@ class EchoGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
         if mode == "eval":
             self._echo_eval_totals.zero_()
+
+    # ----------------------------------------------------------------------------------------
+    # Model card
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None):
+        """TRL's card plus the ECHO settings, the final world-model metrics and the ECHO / AWM citations."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if self.is_world_process_zero():
+            add_echo_section(f"{self.args.output_dir}/README.md", self.args, self.state.log_history)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """``Trainer.save_model``; a save to ``output_dir`` also writes the model card there (TRL writes it only
+        with checkpoints and on ``push_to_hub``)."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and (output_dir is None or str(output_dir) == str(self.args.output_dir)):
+            name = self.args.hub_model_id.split("/")[-1] if self.args.hub_model_id else None
+            self.create_model_card(model_name=name or Path(self.args.output_dir).name)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._echo_warned:
