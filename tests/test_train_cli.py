@@ -94,7 +94,8 @@ def test_demo_end_to_end_small(assets, tmp_path, capsys):
     root, _, episodes = assets
     out = tmp_path / "demo"
     rc = cli_main(["train", "--demo", "--output_dir", str(out), "--data_dir", str(episodes), "--max_steps", "2",
-                   "--eval_steps", "1", "--model_cache_dir", str(tmp_path / "cache")])
+                   "--eval_steps", "1", "--model_cache_dir", str(tmp_path / "cache"),
+                       "--warmup_steps", "2"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
@@ -108,6 +109,9 @@ def test_demo_end_to_end_small(assets, tmp_path, capsys):
     for name in ("echo", "grpo_baseline"):
         assert (out / name / "model.safetensors").exists() and (out / name / "trainer_state.json").exists()
     assert list((tmp_path / "cache").glob("tiny-qwen3-*/echo_trl_tiny.json"))
+    warm = list((tmp_path / "cache").glob("tiny-qwen3-*-warm-*/echo_trl_warmup.json"))
+    assert len(warm) == 1 and metrics["model"] == str(warm[0].parent)  # both runs start from the warmed model
+    assert metrics["warmup"]["settings"]["steps"] == 2 and "warm-up" in text
 
 
 def test_demo_split_follows_splits_json_and_tools_shrink_to_names(assets, tmp_path):

@@ -43,7 +43,9 @@ plays no role (groups come from group_id), but TRL still requires the generation
 
 With NO arguments (or --demo) it runs a CPU demo instead: the AWM episodes bundled in data/episodes
 (or a synthetic AWM-style set), a tiny model built locally (no downloads), ECHO and a lambda=0
-GRPO baseline on the same data; it prints held-out env CE before/after for both and writes the
+GRPO baseline on the same data, both from the same checkpoint: the tiny model after a short shared
+warm-up on the train split's context + action tokens (env outputs removed; a stand-in for pretraining,
+cached with the tiny model; --warmup_steps 0 skips it); it prints held-out env CE before/after for both and writes the
 models, metrics.json and env_ce.png to the output dir. `echo-trl train --demo --help` lists its options.
 """
 
@@ -246,6 +248,11 @@ def parse_demo_args(argv: list[str]) -> argparse.Namespace:
                         "only the tool names are rendered")
     p.add_argument("--model_cache_dir", default=str(DEFAULT_CACHE),
                    help="where the tiny model is built once and reused ($ECHO_TRL_CACHE)")
+    p.add_argument("--warmup_steps", type=int, default=40,
+                   help="shared warm-up of the random-init tiny model before both runs (stands in for pretraining): "
+                        "next-token training on the train split's context + action tokens, env outputs removed; "
+                        "cached next to the tiny model; 0 = start from random init")
+    p.add_argument("--warmup_learning_rate", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -372,6 +379,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import transformers
 
     from ..dataset import build_awm_dataset
+    from ..warmup import WarmupSettings, warm_up_tiny_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     transformers.logging.set_verbosity_error()
@@ -397,6 +405,14 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"echo-trl demo: {len(train)} train / {len(held)} held-out episodes from {source}", file=sys.stderr)
     model_path = _tiny_model_for(train, Path(args.model_cache_dir))
     print(f"tiny model: {model_path}", file=sys.stderr)
+    model_path, warmup = warm_up_tiny_model(
+        model_path, train, WarmupSettings(steps=args.warmup_steps, learning_rate=args.warmup_learning_rate,
+                                          batch_size=args.per_device_train_batch_size,
+                                          max_completion_length=args.max_completion_length, seed=args.seed),
+        log=lambda m: print(m, file=sys.stderr))
+    if args.warmup_steps > 0:
+        print(f"warmed-up start model (shared by both runs{', cached' if warmup['cached'] else ''}): {model_path}",
+              file=sys.stderr)
 
     labels = {f"ECHO (lambda={args.world_model_coeff:g})": ("echo", args.world_model_coeff),
               "GRPO (lambda=0)": ("grpo_baseline", 0.0)}
@@ -408,13 +424,15 @@ def run_demo(args: argparse.Namespace) -> int:
     metrics = {"source": source, "train_episodes": len(train), "heldout_episodes": len(held),
                "heldout_groups": sorted(set(held["group_id"])), "split": str(splits) if splits else "every 4th task",
                "tool_schemas": "full" if args.keep_tool_schemas else "names only",
-               "model": str(model_path), "max_steps": args.max_steps, "learning_rate": args.learning_rate,
+               "model": str(model_path), "warmup": warmup, "max_steps": args.max_steps, "learning_rate": args.learning_rate,
                "runs": results, "wall_seconds": round(time.time() - start, 1)}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     plot = _plot(results, out / "env_ce.png")
 
-    print(f"\nECHO demo: tiny Qwen3-architecture model, {len(train)} train / {len(held)} held-out episodes "
-          f"({source}), {args.max_steps} steps each")
+    start_model = (f"tiny Qwen3-architecture model after a shared {args.warmup_steps}-step warm-up on context + action "
+                   "tokens (env outputs never shown)" if args.warmup_steps > 0 else "tiny random-init Qwen3-architecture model")
+    print(f"\nECHO demo: {start_model}, {len(train)} train / {len(held)} held-out episodes ({source}), "
+          f"{args.max_steps} steps each")
     print(f"{'held-out env-token CE (nats/token)':<36}{'before':>9}{'after':>9}{'change':>9}")
     for label, r in results.items():
         b, a = r["heldout_ce_env_before"], r["heldout_ce_env_after"]

@@ -1,0 +1,149 @@
+"""A short, env-blind warm-up for the tiny random-init demo model.
+
+A real user starts ECHO from a pretrained model, which already knows generic token statistics.
+A random-init tiny model does not: any training on action tokens alone (plain GRPO, lambda = 0)
+then also teaches it statistics shared with environment outputs and lowers held-out env CE for
+reasons unrelated to world modelling. The warm-up stands in for pretraining: plain next-token
+training on the *training* trajectories with every env-output (and harness-warning) token removed
+from the sequence -- the model never sees an environment output, neither as input nor as target.
+Targets are the context (system prompt, task, tools) and action (agent turns) tokens; the
+template's tool-message wrappers stay as input only.
+
+The warmed model is saved next to the base model, in a directory keyed by the base model, the
+data and every warm-up setting, so reruns reuse it. Both arms of a comparison (ECHO and lambda = 0)
+then start from this same checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .tokenization import ACTION, CONTEXT, ENV_OUTPUT, WARNING, tokenize_batch
+
+#: Bumped whenever what the warm-up computes changes (invalidates cached checkpoints).
+WARMUP_VERSION = 1
+MARKER = "echo_trl_warmup.json"
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    steps: int = 60
+    learning_rate: float = 3e-3
+    batch_size: int = 4
+    max_completion_length: int | None = None  # completion tokens kept per trajectory (before env removal)
+    seed: int = 0
+
+
+def warmup_examples(tokenizer, rows, max_completion_length: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """``(input_ids, labels)`` per trajectory: env-output and warning tokens are dropped from the sequence;
+    labels are the token ids at context and action positions, ``-100`` elsewhere (HF convention, unshifted)."""
+    examples = []
+    for tok in tokenize_batch(tokenizer, list(rows)):
+        ids, roles = np.asarray(tok.input_ids), np.asarray(tok.roles)
+        if max_completion_length is not None:
+            end = tok.prompt_length + max_completion_length
+            ids, roles = ids[:end], roles[:end]
+        keep = ~np.isin(roles, (ENV_OUTPUT, WARNING))
+        ids, roles = ids[keep], roles[keep]
+        labels = np.where(np.isin(roles, (CONTEXT, ACTION)), ids, IGNORE)
+        examples.append((ids.tolist(), labels.tolist()))
+    return examples
+
+
+def _digest(base: Path, examples, settings: WarmupSettings) -> str:
+    h = hashlib.sha256()
+    base_marker = base / "echo_trl_tiny.json"
+    h.update(base_marker.read_bytes() if base_marker.exists() else str(base.resolve()).encode())
+    for name in ("model.safetensors", "tokenizer.json"):  # the base weights and tokenizer themselves
+        h.update((base / name).read_bytes() if (base / name).exists() else b"")
+    h.update(json.dumps({"v": WARMUP_VERSION, **asdict(settings)}, sort_keys=True).encode())
+    for ids, labels in examples:
+        h.update(np.asarray(ids, np.int64).tobytes())
+        h.update(np.asarray(labels, np.int64).tobytes())
+    return h.hexdigest()[:12]
+
+
+def _batches(examples, batch_size: int, steps: int, seed: int, pad_id: int):
+    import torch
+
+    rng = np.random.default_rng(seed)
+    order: list[int] = []
+    for _ in range(steps):
+        if len(order) < batch_size:
+            order += rng.permutation(len(examples)).tolist()
+        picked, order = order[:batch_size], order[batch_size:]
+        width = max(len(examples[i][0]) for i in picked)
+        ids = torch.full((len(picked), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(picked), width), IGNORE, dtype=torch.long)
+        attn = torch.zeros((len(picked), width), dtype=torch.long)
+        for r, i in enumerate(picked):
+            x, y = examples[i]
+            ids[r, : len(x)] = torch.tensor(x)
+            labels[r, : len(y)] = torch.tensor(y)
+            attn[r, : len(x)] = 1
+        yield ids, attn, labels
+
+
+def train_warmup(model, examples, settings: WarmupSettings, pad_id: int) -> list[float]:
+    """Next-token training of ``model`` on ``examples`` (see :func:`warmup_examples`); returns the losses."""
+    import torch
+
+    torch.manual_seed(settings.seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
+    losses = []
+    for ids, attn, labels in _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id):
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                                                 ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def warm_up_tiny_model(base: str | Path, rows, settings: WarmupSettings | None = None, *,
+                       log=None) -> tuple[Path, dict[str, Any]]:
+    """Warm up the tiny model at ``base`` on ``rows`` (training trajectories) without env outputs.
+
+    Returns the warmed model's directory (``<base>-warm-<digest>``, reused when it exists) and its
+    record (settings, token counts, losses). ``settings.steps == 0`` returns ``base`` unchanged.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = Path(base)
+    settings = settings or WarmupSettings()
+    if settings.steps <= 0:
+        return base, {"steps": 0}
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    examples = warmup_examples(tokenizer, rows, settings.max_completion_length)
+    path = base.parent / f"{base.name}-warm-{_digest(base, examples, settings)}"
+    marker = path / MARKER
+    if marker.exists():
+        return path, {**json.loads(marker.read_text(encoding="utf-8")), "cached": True}
+    model = AutoModelForCausalLM.from_pretrained(base)
+    t0 = time.time()
+    losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
+    record = {"base": str(base), "settings": asdict(settings), "examples": len(examples),
+              "target_tokens": int(sum(sum(y != IGNORE for y in lab) for _, lab in examples)),
+              "loss_first": losses[0], "loss_last": sum(losses[-5:]) / len(losses[-5:]),
+              "seconds": round(time.time() - t0, 1), "version": WARMUP_VERSION}
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    marker.write_text(json.dumps(record, indent=2), encoding="utf-8")  # written last: marks a complete checkpoint
+    if log:
+        log(f"warm-up: {settings.steps} steps in {record['seconds']}s, loss {record['loss_first']:.3f} -> "
+            f"{record['loss_last']:.3f} (context + action tokens; env outputs removed)")
+    return path, {**record, "cached": False}
