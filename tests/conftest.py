@@ -54,3 +54,23 @@ def captured_episode() -> Path:
 @pytest.fixture
 def awm1k_samples() -> Path:
     return require_shared(AWM1K_SAMPLES)
+
+
+def descendant_pids(pid: int | None = None) -> set[int]:
+    """PIDs of all live descendants of ``pid`` (default: this process), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if fields[0] != "Z":
+                    parent[int(d.name)] = int(fields[1])
+            except (OSError, ValueError):
+                pass
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - out
+        out |= frontier
+    return out

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import descendant_pids
 
 from echo_trl.awm import awm_episode_to_trajectory, load_awm_episodes
 from echo_trl.envs.awm import sandbox
@@ -112,7 +113,7 @@ def _runtime_dirs() -> set[str]:
 
 def test_fault_server_killed_mid_episode_and_hanging_verifier():
     """Kill the server during an episode, hang the verifier: clear errors, nothing left behind."""
-    children_before = _descendants()
+    children_before = descendant_pids()
     dirs_before = _runtime_dirs()
     sc = _source().load("content_platform_1")
     sc.verifiers[(0, "code")] = VerifierSpec(sc.name, 0, "code", "def verify_task_completion(a, b):\n"
@@ -144,7 +145,7 @@ def test_fault_server_killed_mid_episode_and_hanging_verifier():
     assert not root.exists()
     assert _runtime_dirs() <= dirs_before
     time.sleep(0.2)
-    leftover = _descendants() - children_before
+    leftover = descendant_pids() - children_before
     assert not leftover, [Path(f"/proc/{p}/cmdline").read_bytes() for p in leftover]
     assert not sandbox.live_children() or set(sandbox.live_children()) <= children_before
 
@@ -161,24 +162,6 @@ def test_closed_runtime_refuses_and_db_is_consistent(runtime):
         rt.new_episode(0)
 
 
-def _descendants(pid: int | None = None) -> set[int]:
-    """PIDs of all live descendants of ``pid`` (default: this process), read from /proc."""
-    pid = os.getpid() if pid is None else pid
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                if fields[0] != "Z":
-                    parent[int(d.name)] = int(fields[1])
-            except (OSError, ValueError):
-                pass
-    out, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - out
-        out |= frontier
-    return out
 
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import descendant_pids
 
 from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.database import build_database, copy_database
@@ -92,36 +93,18 @@ def test_complete_exception_and_bad_return(ecommerce, tmp_path):
 
 def test_hanging_verifier_is_killed_with_its_children(ecommerce, tmp_path):
     _, d = ecommerce
-    before = _descendants()
+    before = descendant_pids()
     code = ("def verify_task_completion(a, b):\n    import subprocess, time\n"
             "    subprocess.Popen(['sleep', '300'])\n    while True:\n        time.sleep(1)\n")
     out = run_verifier(_spec(code), d / "initial.db", d / "final.db", _work(tmp_path, "hang"), timeout=2)
     assert out.reward_type == "judge_error" and out.verify_result["execution_status"] == "timeout"
     assert "did not finish within 2s" in out.verify_result["error_message"]
-    after = _descendants()
+    after = descendant_pids()
     assert after <= before and not sandbox.live_children()
     assert not _processes_in(tmp_path)  # the verifier's own child (sleep) died with it
 
 
 
-def _descendants(pid: int | None = None) -> set[int]:
-    """PIDs of all live descendants of ``pid`` (default: this process), read from /proc."""
-    pid = os.getpid() if pid is None else pid
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
-                if fields[0] != "Z":
-                    parent[int(d.name)] = int(fields[1])
-            except (OSError, ValueError):
-                pass
-    out, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - out
-        out |= frontier
-    return out
 
 
 def _processes_in(directory: Path) -> list[int]:
