@@ -192,21 +192,18 @@ class TrajectoryFeatures:
     passes: bool
 
 
-def _role_tokens(tokenizer, trajectory: Trajectory, settings: CollatorSettings) -> RoleTokens:
-    tokens = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
+def _role_tokens(tokenizer, trajectory: Trajectory, settings: CollatorSettings) -> tuple[RoleTokens, RoleTokens]:
+    """(kept, full): the tokens cut to ``max_completion_length``, and the whole trajectory."""
+    full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
     limit = settings.max_completion_length
-    if limit is not None and len(tokens) - tokens.prompt_length > limit:
-        full = len(tokens)
-        tokens = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target,
-                                     max_length=tokens.prompt_length + limit)
-        tokens.truncated_tokens = full - len(tokens)
-    return tokens
+    kept = full if limit is None else full.truncate(full.prompt_length + limit)
+    return kept, full
 
 
 def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: CollatorSettings) -> TrajectoryFeatures:
     """Tokens and masks of one trajectory, split into prompt and completion."""
     trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
-    tokens = _role_tokens(tokenizer, trajectory, settings)
+    tokens, full = _role_tokens(tokenizer, trajectory, settings)
     p = tokens.prompt_length
     roles = tokens.roles[p:]
     world = np.isin(roles, world_codes(settings.world_loss_target))
@@ -229,7 +226,7 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     action = roles == ACTION
     behavior = None
     if trajectory.behavior_logprobs is not None:
-        n_action_full = _action_tokens_untruncated(tokenizer, trajectory, tokens, settings)
+        n_action_full = int((full.roles == ACTION).sum())
         recorded = list(trajectory.behavior_logprobs)
         if len(recorded) != n_action_full:
             raise DatasetSchemaError(
@@ -245,13 +242,6 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         action_mask=action.astype(np.int64).tolist(), env_output_mask=(roles == ENV_OUTPUT).astype(np.int64).tolist(),
         warning_mask=(roles == WARNING).astype(np.int64).tolist(), world_mask=world.astype(np.int64).tolist(),
         behavior_logps=behavior, truncated_tokens=tokens.truncated_tokens, quality=quality, passes=passes)
-
-
-def _action_tokens_untruncated(tokenizer, trajectory, tokens: RoleTokens, settings: CollatorSettings) -> int:
-    if not tokens.truncated_tokens:
-        return int((tokens.roles == ACTION).sum())
-    full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
-    return int((full.roles == ACTION).sum())
 
 
 def _pad(rows: list[list], value, side: str, dtype) -> torch.Tensor:

@@ -57,9 +57,34 @@ class RoleTokens:
     truncated_messages: int = 0  # completion messages cut by max_length
     text: str = ""  # the rendered text the ids tokenize (after truncation)
     message_token_spans: list[tuple[int, int]] = field(default_factory=list)  # per completion message
+    message_char_ends: list[int] = field(default_factory=list)  # per completion message, in ``text``
+    completion_char_start: int = 0  # where the first action begins in ``text``
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def truncate(self, max_length: int) -> RoleTokens:
+        """These tokens cut to ``max_length`` at the end of a completion message (no re-tokenization).
+
+        Ids are a prefix of the whole-text ids, and a cut at a message end (an end-of-turn token)
+        is a token boundary, so the result equals tokenizing the kept text. What was cut adds to
+        ``truncated_tokens`` / ``truncated_messages``. Raises :class:`TruncationError` when even
+        the prompt does not fit.
+        """
+        if len(self.input_ids) <= max_length:
+            return self
+        if self.prompt_length > max_length:
+            raise TruncationError(
+                f"the prompt alone has {self.prompt_length} tokens, more than max_length={max_length}")
+        keep = sum(1 for _, end in self.message_token_spans if end <= max_length)  # ends increase
+        cut = self.message_token_spans[keep - 1][1] if keep else self.prompt_length
+        char_cut = self.message_char_ends[keep - 1] if keep else self.completion_char_start
+        return RoleTokens(
+            self.input_ids[:cut], self.roles[:cut].copy(), self.prompt_length, self.world_loss_target,
+            truncated_tokens=self.truncated_tokens + len(self.input_ids) - cut,
+            truncated_messages=self.truncated_messages + len(self.message_token_spans) - keep,
+            text=self.text[:char_cut], message_token_spans=self.message_token_spans[:keep],
+            message_char_ends=self.message_char_ends[:keep], completion_char_start=self.completion_char_start)
 
     def _mask(self, *codes: int) -> list[int]:
         return np.isin(self.roles, codes).astype(np.int64).tolist()
@@ -437,23 +462,9 @@ def _assign(lay: _Layout, ids: list[int], starts: np.ndarray, max_length: int | 
     ends = [int(np.searchsorted(starts, e, side="left")) for e in lay.message_ends]
     spans = [(prompt_length if k == 0 else ends[k - 1], ends[k]) for k in range(len(ends))]
     result = RoleTokens(ids, token_roles.astype(np.int8), prompt_length, target, text=lay.text,
-                        message_token_spans=spans)
-    if max_length is not None and len(ids) > max_length:
-        result = _truncate(result, ends, lay, max_length)
-    return result
-
-
-def _truncate(tokens: RoleTokens, token_ends: list[int], lay: _Layout, max_length: int) -> RoleTokens:
-    if tokens.prompt_length > max_length:
-        raise TruncationError(
-            f"the prompt alone has {tokens.prompt_length} tokens, more than max_length={max_length}")
-    keep = sum(1 for end in token_ends if end <= max_length)  # ends increase: a kept prefix
-    cut = token_ends[keep - 1] if keep else tokens.prompt_length
-    char_cut = lay.message_ends[keep - 1] if keep else lay.completion_start
-    return RoleTokens(
-        tokens.input_ids[:cut], tokens.roles[:cut].copy(), tokens.prompt_length, tokens.world_loss_target,
-        truncated_tokens=len(tokens.input_ids) - cut, truncated_messages=len(token_ends) - keep,
-        text=lay.text[:char_cut], message_token_spans=tokens.message_token_spans[:keep])
+                        message_token_spans=spans, message_char_ends=list(lay.message_ends),
+                        completion_char_start=lay.completion_start)
+    return result if max_length is None else result.truncate(max_length)
 
 
 _ROLE_NAMES = {CONTEXT: "context", ACTION: "action", ENV_OUTPUT: "env_output", WARNING: "warning",

@@ -27,15 +27,11 @@ def trajectory_env_nll(model, tokenizer, row: dict[str, Any], *, max_length: int
     ``max_length`` cuts the whole trajectory, ``max_completion_length`` its completion, as the trainer
     does (both at a message end).
     """
+    tokens = tokenize_with_roles(tokenizer, row)  # once; the cuts below reuse these tokens
     if max_completion_length is not None:
-        from .collator import CollatorSettings, _role_tokens
-        from .dataset import row_to_trajectory
-
-        tokens = _role_tokens(tokenizer, row_to_trajectory(row), CollatorSettings(max_completion_length=max_completion_length))
-        if max_length is not None and len(tokens) > max_length:
-            tokens = tokenize_with_roles(tokenizer, row, max_length=max_length)
-    else:
-        tokens = tokenize_with_roles(tokenizer, row, max_length=max_length)
+        tokens = tokens.truncate(tokens.prompt_length + max_completion_length)
+    if max_length is not None:
+        tokens = tokens.truncate(max_length)
     ids = torch.tensor([tokens.input_ids], dtype=torch.long, device=device or model.device)
     roles = torch.as_tensor(tokens.roles, dtype=torch.long)
     out = {"env_nll": 0.0, "env_tokens": 0, "warning_nll": 0.0, "warning_tokens": 0}

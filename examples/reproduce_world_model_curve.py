@@ -147,9 +147,7 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
     """Teacher-forced CE (nats/token) of the recorded agent (action) tokens of ``rows``."""
     import torch
 
-    from echo_trl.collator import CollatorSettings, _role_tokens
-    from echo_trl.dataset import row_to_trajectory
-    from echo_trl.tokenization import ACTION
+    from echo_trl.tokenization import ACTION, tokenize_with_roles
 
     was = model.training
     model.eval()
@@ -157,8 +155,9 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
     try:
         with torch.no_grad():
             for row in rows:
-                tokens = _role_tokens(tokenizer, row_to_trajectory(row),
-                                      CollatorSettings(max_completion_length=max_completion_length))
+                tokens = tokenize_with_roles(tokenizer, row)
+                if max_completion_length is not None:
+                    tokens = tokens.truncate(tokens.prompt_length + max_completion_length)
                 ids = torch.tensor([tokens.input_ids], device=model.device)
                 targets = torch.as_tensor(tokens.roles == ACTION).nonzero().flatten()
                 targets = targets[targets > 0]

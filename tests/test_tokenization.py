@@ -247,3 +247,17 @@ def test_backslash_outputs_align_in_escaping_templates(family):
         if msg["role"] == "tool" and msg["content"]:
             got = decode_role(tok, rt, rt.message_token_spans[k], ENV_OUTPUT)
             assert_covers(got, rendered_content(family, msg["content"]))
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_truncating_tokens_equals_tokenizing_with_max_length(family):
+    tok = tiny_tokenizer(family)
+    t = make_trajectory(HARD_OUTPUTS, warnings={1: ["w"]})
+    full = tokenize_with_roles(tok, t)
+    for limit in range(full.prompt_length, len(full) + 1, 7):
+        a, b = full.truncate(limit), tokenize_with_roles(tok, t, max_length=limit)
+        assert a.input_ids == b.input_ids and (a.roles == b.roles).all() and a.text == b.text
+        assert (a.truncated_tokens, a.truncated_messages, a.message_token_spans) == \
+            (b.truncated_tokens, b.truncated_messages, b.message_token_spans)
+        twice = full.truncate(limit + 5).truncate(limit)  # cuts compose, counts accumulate
+        assert twice.input_ids == a.input_ids and twice.truncated_tokens == a.truncated_tokens
