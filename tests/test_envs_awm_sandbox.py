@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -74,17 +77,31 @@ def test_generated_code_is_contained(tmp_path, monkeypatch):
         assert out["uid"] == c.uid
 
 
-def test_kill_tree_reaps_the_whole_group(tmp_path):
+@pytest.mark.parametrize("layers", ["detected", "none"])
+def test_kill_tree_reaps_the_whole_group(tmp_path, layers):
+    # "none" is the path hosts without user namespaces take: no PID namespace to die with the
+    # leader, so the grandchild outlives it unless kill_tree gets the whole group.
+    containment = sandbox.detect_containment() if layers == "detected" else sandbox.Containment()
     work = tmp_path / "w"
     work.mkdir()
     os.chmod(tmp_path, 0o755)
     proc = sandbox.spawn([sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); "
-                          "time.sleep(300)"], cwd=str(work), writable=[str(work)])
+                          "time.sleep(300)"], cwd=str(work), writable=[str(work)], containment=containment)
+    deadline = time.monotonic() + 10
+    while len(sandbox.group_members(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # wait for the grandchild, so there is one to kill
+    assert len(sandbox.group_members(proc.pid)) >= 2
     assert proc.pid in sandbox.live_children()
     sandbox.kill_tree(proc)
     assert proc.poll() is not None and proc.pid not in sandbox.live_children()
+    # Independent check: whatever pgrep still lists in the group must be a zombie (dead, left
+    # for init to reap; a container's init may be slow to), never a running process.
     out = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
-    assert out.stdout.strip() == ""
+    for pid in out.stdout.split():
+        with contextlib.suppress(FileNotFoundError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            assert state in ("Z", "X"), f"pid {pid} in the killed group is still running ({state})"
+    assert sandbox.group_members(proc.pid) == []
 
 
 @pytest.mark.parametrize("value", ["none"])

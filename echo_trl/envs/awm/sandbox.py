@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,8 +251,32 @@ def kill_tree(proc: subprocess.Popen | None, *, timeout: float = 5.0) -> None:
         proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout)
+    # Grandchildren are reparented to init once the leader dies; SIGKILL is asynchronous, so
+    # wait until every member of the group is gone or a zombie (dead, waiting for init to reap).
+    deadline = time.monotonic() + timeout
+    while group_members(proc.pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.01)
     with _live_lock:
         _live.pop(proc.pid, None)
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs still running (not zombies) in process group ``pgid``, read from ``/proc``."""
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state ppid pgrp ...
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
 
 
 def live_children() -> list[int]:
