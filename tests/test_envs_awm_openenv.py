@@ -9,12 +9,16 @@ shaped like ``AWMObservation.model_dump(exclude_none=True)``) on top of the loca
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
 import json
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from conftest import descendant_pids
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
 from echo_trl.awm import load_awm_episodes
@@ -144,3 +148,71 @@ def test_capture_cli_openenv(server, tmp_path):
                 "--episodes", "2", "--output", str(out)]) == 0
     trajs, skipped = load_awm_episodes([out])
     assert len(trajs) == 2 and not skipped and trajs[0].task_idx == 2
+
+
+# -- the URL is not an OpenEnv server: a clear OpenEnvError naming it, in bounded time ------------
+
+
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+
+@contextlib.contextmanager
+def _not_openenv(kind: str):
+    """A loopback URL where no OpenEnv server is: nothing, a plain HTTP server, a silent TCP listener,
+    or a WebSocket server whose replies are not the OpenEnv protocol."""
+    if kind == "nothing":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    elif kind == "plain_http":
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QuietHandler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+    elif kind == "silent_tcp":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            yield f"http://127.0.0.1:{s.getsockname()[1]}"
+    else:
+        from websockets.sync.server import serve
+
+        reply = {"ws_list": "[1, 2]", "ws_data_str": json.dumps({"type": "observation", "data": "x"}),
+                 "ws_error_str": json.dumps({"type": "error", "data": "boom"}), "ws_text": "hello",
+                 "ws_obs_list": json.dumps({"type": "observation", "data": {"observation": [1]}}),
+                 "ws_tools_str": json.dumps({"type": "observation", "data": {"observation": {"tools": "x"}}})}[kind]
+
+        def handler(ws):
+            with contextlib.suppress(Exception):
+                for _ in ws:
+                    ws.send(reply)
+
+        with serve(handler, "127.0.0.1", 0) as srv:
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            yield f"http://127.0.0.1:{srv.socket.getsockname()[1]}"
+            srv.shutdown()
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("nothing", "cannot connect to"), ("plain_http", "cannot connect to"), ("silent_tcp", "cannot connect to"),
+    ("ws_list", "malformed reply from"), ("ws_data_str", "malformed reply from"),
+    ("ws_error_str", "malformed reply from"), ("ws_text", "malformed reply from"),
+    ("ws_obs_list", "malformed reply from"), ("ws_tools_str", "malformed list_tools reply from")])
+def test_client_fails_clearly_on_a_url_that_is_not_openenv(kind, message):
+    children = descendant_pids()
+    with _not_openenv(kind) as url:
+        t0 = time.perf_counter()
+        with pytest.raises(OpenEnvError) as err, OpenEnvAWMClient(url, timeout=1.5) as client:
+            client.reset(scenario="content_platform_1", task_idx=0)
+            client.list_tools()
+        elapsed = time.perf_counter() - t0
+    ws_url = "ws://" + url.removeprefix("http://") + "/ws"
+    assert str(err.value).startswith(f"{message} {ws_url}"), str(err.value)
+    assert elapsed < 1.5 + 3  # the handshake/reply deadline, plus closing
+    assert descendant_pids() == children

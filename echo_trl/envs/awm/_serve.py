@@ -1,10 +1,13 @@
-"""Scenario server bootstrap, run inside the sandbox: ``python -I _serve.py APP.py DB SOCKET``.
+"""Scenario server bootstrap, run inside the sandbox: ``python -I _serve.py APP.py DB SOCKET [READY]``.
 
 Never imported by echo_trl. Executes the generated FastAPI code as a module (not as
 ``__main__``, so its own ``uvicorn.run`` block stays off), points every SQLAlchemy engine at the
 episode's database (``create_engine`` is wrapped, so hard-coded URLs and ``DATABASE_PATH``
 both work), mounts the MCP server with fastapi-mcp (streamable HTTP at ``/mcp``; tool name =
-route ``operation_id``) and serves it on a Unix socket.
+route ``operation_id``) and serves it on a Unix socket. Once uvicorn listens, it writes the
+socket file's inode to READY (atomically): the parent treats the server as up only when the
+socket at the path is that inode, so a stale file or a foreign listener there never passes
+for this server.
 """
 
 import os
@@ -14,6 +17,7 @@ import warnings
 
 def main():
     code_path, db_path, socket_path = sys.argv[1:4]
+    ready_path = sys.argv[4] if len(sys.argv) > 4 else None
     url = f"sqlite:///{db_path}"
     os.environ["DATABASE_PATH"] = url
     os.environ["DATABASE_URL"] = url
@@ -53,8 +57,18 @@ def main():
 
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if ready_path and self.started:
+                tmp = ready_path + ".tmp"
+                with open(tmp, "w") as fh:
+                    fh.write(str(os.stat(socket_path).st_ino))
+                os.replace(tmp, ready_path)
+
     sys.stderr.write("echo-trl: serving\n")
-    uvicorn.run(app, uds=socket_path, log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, uds=socket_path, log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+    Server(config).run()
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ class OpenEnvAWMClient:
         try:
             self._ws = connect(self.ws_url, open_timeout=self.timeout, max_size=self.max_size, proxy=None)
         except Exception as exc:  # websockets raises many kinds; all mean "cannot reach it"
-            raise OpenEnvError(f"cannot connect to {self.ws_url}: {exc}") from None
+            raise OpenEnvError(f"cannot connect to {self.ws_url} (is an OpenEnv server listening there?): {exc}") from None
         return self
 
     def _send(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -63,15 +63,18 @@ class OpenEnvAWMClient:
             self.connect()
         try:
             self._ws.send(json.dumps(message))
-            reply = json.loads(self._ws.recv(timeout=self.timeout))
+            raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
             raise OpenEnvError(f"no reply from {self.ws_url} within {self.timeout:g}s") from None
         except Exception as exc:
             raise OpenEnvError(f"OpenEnv connection to {self.ws_url} failed: {exc}") from None
+        reply = _parse_reply(raw)
+        if reply is None:  # some other WebSocket server, or a broken one: an error, not an AttributeError
+            raise OpenEnvError(f"malformed reply from {self.ws_url} (not the OpenEnv protocol): {str(raw)[:200]!r}")
+        data = reply.get("data") or {}
         if reply.get("type") == "error":
-            data = reply.get("data") or {}
             raise OpenEnvError(f"server error: {data.get('message', 'unknown')} (code {data.get('code', '?')})")
-        return reply.get("data") or {}
+        return data
 
     def reset(self, **kwargs: Any) -> dict[str, Any]:
         """``reset(scenario=..., task_idx=...)``; returns the reset observation (raises on reset_error)."""
@@ -85,8 +88,11 @@ class OpenEnvAWMClient:
         obs = self._send({"type": "step", "data": {"type": "list_tools"}}).get("observation") or {}
         if obs.get("error"):
             raise OpenEnvError(f"list_tools failed: {obs['error']}")
+        tools = obs.get("tools", [])
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise OpenEnvError(f"malformed list_tools reply from {self.ws_url}: {str(tools)[:200]!r}")
         return [{"name": t.get("name", ""), "description": t.get("description", ""),
-                 "inputSchema": t.get("input_schema", t.get("inputSchema", {})) or {}} for t in obs.get("tools", [])]
+                 "inputSchema": t.get("input_schema", t.get("inputSchema", {})) or {}} for t in tools]
 
     def step(self, tool_name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """One ``call_tool`` step: ``{"observation": {...}, "reward": r, "done": d}``."""
@@ -175,6 +181,21 @@ class RemoteEpisode:
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
+
+
+def _parse_reply(raw: str | bytes) -> dict[str, Any] | None:
+    """The reply as a dict whose ``data`` (and its ``observation``) are dicts when present; else None."""
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(reply, dict):
+        return None
+    data = reply.get("data")
+    if data is not None and not isinstance(data, dict):
+        return None
+    obs = (data or {}).get("observation")
+    return reply if obs is None or isinstance(obs, dict) else None
 
 
 def capture_openenv_episode(base_url: str, scenario: str, task_idx: int, policy: Any, *, episode_index: int = 0,
