@@ -12,6 +12,7 @@ Kept thin. It overrides these ``GRPOTrainer`` hooks (TRL 1.16; see ``trl_compat.
 * ``_compute_loss``: adds the world term; ``log``: exact held-out env CE in evaluation;
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each
   recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times);
+* ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
 * ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``model_card.py``).
 """
 
@@ -191,14 +192,39 @@ class EchoGRPOTrainer(GRPOTrainer):
             return super()._get_train_sampler(dataset)
         # Each trajectory once per epoch (no num_generations repeats: groups come from group_id); the repeat
         # over steps_per_generation x num_iterations is TRL's buffering of one generation batch.
-        return RepeatSampler(data_source=dataset, mini_repeat_count=1, batch_size=self.args.generation_batch_size,
-                             repeat_count=self.num_iterations * self.args.steps_per_generation,
-                             shuffle=self.shuffle_dataset, seed=self.args.seed)
+        # Resumable: a run resumed in a later epoch gets that epoch's order (tests/test_resume.py).
+        return _ResumableRepeatSampler(data_source=dataset, mini_repeat_count=1,
+                                       batch_size=self.args.generation_batch_size,
+                                       repeat_count=self.num_iterations * self.args.steps_per_generation,
+                                       shuffle=self.shuffle_dataset, seed=self.args.seed)
 
     def _get_eval_sampler(self, eval_dataset):
         if not is_trajectory_dataset(eval_dataset):
             return super()._get_eval_sampler(eval_dataset)
         return RepeatSampler(data_source=eval_dataset, mini_repeat_count=1, shuffle=False)
+
+    # Checkpoints also hold TRL's generation buffer (per process, next to rng_state*.pth): TRL resumes with
+    # ``_step = 0`` and an empty buffer, so a checkpoint inside a buffer (``steps_per_generation`` >
+    # ``gradient_accumulation_steps``, or ``num_iterations`` > 1) resumed with a regenerated batch (other
+    # shuffle, other old log-probs) and shifted generation boundaries. Restored, resuming is bit-exact.
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        mid_buffer = self._step % (self.args.steps_per_generation * self.num_iterations) != 0
+        torch.save({"step": self._step, "buffered_inputs": self._buffered_inputs if mid_buffer else None,
+                    "num_processes": self.accelerator.num_processes}, self._generation_buffer_file(output_dir))
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)  # Trainer calls it once on resume, before the first training_step
+        path = None if checkpoint is None else self._generation_buffer_file(checkpoint)
+        if path is not None and path.is_file():
+            saved = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+            # Another world size shards the data differently: every process keeps TRL's behaviour then.
+            if saved.get("num_processes") == self.accelerator.num_processes:
+                self._step, self._buffered_inputs = saved["step"], saved["buffered_inputs"]
+
+    def _generation_buffer_file(self, checkpoint: str) -> Path:
+        return Path(checkpoint) / f"echo_generation_buffer_{self.args.process_index}.pt"
 
     # ----------------------------------------------------------------------------------------
     # Batches
@@ -475,6 +501,32 @@ class EchoGRPOTrainer(GRPOTrainer):
         if key not in self._echo_warned:
             self._echo_warned.add(key)
             warnings.warn(message, UserWarning, stacklevel=2)
+
+
+class _ResumableRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` with the order of epoch ``e`` a function of ``(seed, e)``: resume-exact.
+
+    TRL draws each epoch's permutation from one generator seeded once, so epoch ``e``'s order depends on
+    the sampler having been iterated ``e`` times before. ``Trainer`` resuming from a checkpoint in epoch
+    ``e >= 1`` builds a fresh sampler and starts at epoch ``e`` (it only calls ``set_epoch(e)``), which
+    replayed epoch 0's order. Here ``__iter__`` re-seeds and discards the first ``e`` permutations: the
+    same order as TRL's for every epoch of an uninterrupted run, and the same order after a resume.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:  # accelerate's DataLoaderShard calls it before every epoch
+        self.epoch = epoch
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1  # without set_epoch: consecutive epochs, as TRL's
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()
 
 
 def _has_behavior_logprobs(ds) -> bool:
