@@ -31,8 +31,16 @@ class WorldLoss:
 
 
 def masked_nll(per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``-logp`` where ``mask``, exact zeros elsewhere (NaN-safe, gradient only through masked tokens)."""
-    return (-per_token_logps).masked_fill(~mask.bool(), 0.0)
+    """``-logp`` where ``mask``, exact zeros elsewhere (NaN-safe, gradient only through masked tokens).
+
+    Half-precision log-probs are upcast to float32 first: every sum of these values (the loss, the metrics)
+    then accumulates and is stored in float32. A bf16 sum of thousands of CEs is rounded to 8 bits of
+    mantissa (about 0.3% off), and a bf16 divisor rounds the token count too. Gradients still reach the
+    half-precision input (the cast is differentiable). TRL 1.16's fused LM head already returns float32
+    log-probs; this keeps the sums exact for any other producer (other TRL versions, direct callers).
+    """
+    nll = -per_token_logps.to(torch.promote_types(per_token_logps.dtype, torch.float32))
+    return nll.masked_fill(~mask.bool(), 0.0)
 
 
 def nll_sum_and_count(per_token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

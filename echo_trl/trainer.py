@@ -383,6 +383,7 @@ class EchoGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
+        self._warn_if_fp16(model)
         inputs = dict(inputs)  # the world term may fill old log-probs in; never touch TRL's buffered batch
         self._echo_stash, self._echo_inputs, self._echo_capture = {}, inputs, True
         try:
@@ -399,11 +400,54 @@ class EchoGRPOTrainer(GRPOTrainer):
             self._echo_capture, self._echo_inputs = False, None
         stash, self._echo_stash = self._echo_stash, {}
         world_scaled = self._world_term(model, inputs, stash, mode)
-        if loss is None:
-            return world_scaled
-        if self._current_coeff() == 0.0:
+        if loss is not None and self._current_coeff() == 0.0:
             return loss  # lambda = 0 is GRPO, bit for bit
-        return loss + world_scaled
+        if mode == "train":
+            self._check_world_finite(loss)
+        return world_scaled if loss is None else loss + world_scaled
+
+    def _check_world_finite(self, policy_loss: torch.Tensor | None) -> None:
+        """Stop before a non-finite world term reaches ``backward``.
+
+        Raising, not skipping the term: the world CE reuses GRPO's own log-probs, so a non-finite one means
+        the forward overflowed (typically fp16). TRL's policy loss is then non-finite too (its masks multiply,
+        NaN x 0 is NaN) and an overflowed head backpropagates NaN: one step makes every weight NaN while the
+        Trainer logs the loss as 0. Dropping only the world term would not prevent that. The value read is
+        the all-reduced ``world/loss_unscaled`` that ``_world_term`` just logged, so every process raises at
+        the same micro-batch (none is left waiting in the gradient all-reduce).
+        """
+        value = self._metrics["train"]["world/loss_unscaled"][-1]
+        if math.isfinite(value):
+            return
+        policy = ("" if policy_loss is None else
+                  "; the GRPO term is " + ("finite" if torch.isfinite(policy_loss).item() else "non-finite too"))
+        raise EchoTrlError(
+            f"optimizer step {self.state.global_step + 1}: the world-model cross-entropy on environment-output "
+            f"tokens is {value} (non-finite per-token log-probs from the forward){policy}. Stopped before the "
+            "update would make the weights NaN. This is usually an fp16 overflow: train in bf16 (bf16=True, or "
+            "load the model with dtype=torch.bfloat16) or float32.")
+
+    def _warn_if_fp16(self, model) -> None:
+        """Once: fp16 weights, or a forward autocast to fp16 (accelerate's ``fp16=True``, a caller's autocast).
+
+        fp16 tops out at 65504 and TRL's fused LM head computes the logits in the weight / autocast dtype,
+        so large logits or activations become inf and the log-probs NaN; :meth:`_check_world_finite` then
+        stops the run. bf16 has float32's range at the same memory. The autocast is probed inside
+        ``accelerator.autocast()``, where TRL runs the forward (on CPU accelerate runs ``fp16=True`` in fp32).
+        """
+        if "fp16" in self._echo_warned:
+            return
+        device = self.accelerator.device.type
+        weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        with self.accelerator.autocast():
+            autocast = torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
+        if weights == torch.float16 or autocast:
+            self._warn_once("fp16", "fp16 weights or autocast: fp16 overflows above 65504, so large logits or "
+                            "activations turn the per-token log-probs (GRPO's and the world CE's) into inf/NaN, "
+                            "and ECHO stops with an error when the world term does. Prefer bf16 where the "
+                            "hardware has it (bf16=True, or load the model with dtype=torch.bfloat16): the same "
+                            "memory as fp16 with float32's range. Keeping fp16, cast_lm_head_to_fp32=True at "
+                            "least computes the logits in float32.")
 
     def _current_coeff(self) -> float:
         a = self.args

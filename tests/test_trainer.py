@@ -478,3 +478,99 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
     assert a.keys() == b.keys() and a
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+# --------------------------------------------------------------------------------------------
+# Precision guards
+
+FP16_WARNING = "fp16 weights or autocast"
+
+
+@pytest.mark.parametrize("dtype, flags", [(torch.bfloat16, {}), (torch.float16, {}), (torch.float32, {"bf16": True})],
+                         ids=["bf16-weights", "fp16-weights", "bf16-autocast"])
+def test_half_precision_at_top_lambda_with_equal_rewards_logs_finite_exact_metrics(tmp_path, recwarn, dtype, flags):
+    """Two steps at lambda = 1 with all-equal rewards (zero advantages: the world term is the whole loss), in
+    bf16 / fp16: every logged world metric is finite and step 1's equal an independent CE from the model's own
+    half-precision logits (upcast to float32) over the env-token mask. fp16 autocast is covered below
+    (accelerate runs ``fp16=True`` in float32 on CPU)."""
+    ds = trajectories_to_dataset([trajectory(i, 0.5, f"g{i // 2}") for i in range(4)])
+    model = tiny_model().to(dtype)
+    initial = copy.deepcopy(model)
+    trainer = make_trainer(tmp_path, ds, model=model, world_model_coeff=1.0, max_steps=2, **flags)
+    assert trainer.train_dataset[ADVANTAGE_COLUMN] == [0.0] * 4
+    recwarn.clear()
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "world/ce_env" in h]
+    assert len(logs) == 2
+    for log in logs:
+        for key in ("loss", "grad_norm", *(k for k in log if k.startswith("world/"))):
+            assert math.isfinite(log[key]), (key, log[key])
+    inputs = batch(trainer)  # all 4 trajectories, as step 1 saw them (the means do not depend on row order)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(flags)):
+        ce_env = reference_world_loss(initial, inputs, "token").item()
+        world = reference_world_loss(initial, inputs, "sequence").item()
+    # Same half-precision forward on both sides, reduced in float32; only the accumulation order differs (fused
+    # head tiles + online log-sum-exp vs log_softmax): <= 1e-6 measured. A half-precision sum is ~1e-3 off.
+    first = logs[0]
+    assert first["world/ce_env"] == pytest.approx(ce_env, rel=1e-5)
+    assert first["world/loss_unscaled"] == pytest.approx(world, rel=1e-5)
+    assert first["loss"] == pytest.approx(world, rel=1e-5)  # zero advantages: the GRPO term is exactly 0
+    assert logs[1]["world/ce_env"] < ce_env  # and the update trained the world model
+    fp16 = [w for w in recwarn if FP16_WARNING in str(w.message)]
+    assert len(fp16) == (1 if dtype == torch.float16 else 0)  # once per run, and only for fp16
+
+
+def test_fp16_autocast_warns_once_bf16_autocast_does_not(tmp_path, recwarn):
+    trainer = make_trainer(tmp_path)
+    inputs = batch(trainer)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        trainer._compute_loss(trainer.model, inputs)
+    assert not [w for w in recwarn if FP16_WARNING in str(w.message)]
+    for _ in range(2):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = trainer._compute_loss(trainer.model, inputs)
+    assert torch.isfinite(loss)
+    assert len([w for w in recwarn if FP16_WARNING in str(w.message)]) == 1
+
+
+def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(tmp_path, monkeypatch):
+    """NaN at one env token only (the action tokens are fine): an error naming the step and the quantity,
+    raised in the first micro-batch, before any optimizer step (the weights are unchanged)."""
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(tmp_path, world_model_coeff=0.05, shuffle_dataset=False)
+    row, col = batch(trainer)["env_output_mask"].nonzero()[0].tolist()  # unshuffled: training sees this batch
+    forward = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def with_nan(self, *args, **kwargs):
+        logps, *rest = forward(self, *args, **kwargs)
+        logps = logps.clone()
+        logps[row, col] = float("nan")
+        return logps, *rest
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", with_nan)
+    before = copy.deepcopy(trainer.model.state_dict())
+    with pytest.raises(EchoTrlError, match=r"optimizer step 1: the world-model cross-entropy on environment-output "
+                                           r"tokens is nan .*GRPO term is non-finite too.*bf16"):
+        trainer.train()
+    for name, value in trainer.model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_real_fp16_logit_overflow_stops_training_with_finite_weights(tmp_path, recwarn):
+    """fp16 weights whose logits pass 65504 (final norm and LM head scaled up). Without the guard one step made
+    all 24 weight tensors NaN while the Trainer logged the loss as 0; with it, training stops at step 1."""
+    model = tiny_model().to(torch.float16)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(2e4)
+        model.lm_head.weight.mul_(10)  # tied to the input embeddings
+    trainer = make_trainer(tmp_path, model=model, world_model_coeff=0.05)
+    inputs = batch(trainer)
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1))
+    assert torch.isinf(logits.logits).any()  # the premise: this forward overflows fp16
+    with pytest.raises(EchoTrlError, match="optimizer step 1: .* is nan .*fp16 overflow"):
+        trainer.train()
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert len([w for w in recwarn if FP16_WARNING in str(w.message)]) == 1
