@@ -9,7 +9,7 @@ Kept thin. It overrides these ``GRPOTrainer`` hooks (TRL 1.16; see ``trl_compat.
   the env-output masks are attached afterwards (online mode);
 * ``_generate``: remembers the completion messages TRL's tool loop produced (online env mask);
 * ``_get_per_token_logps_and_entropies``: keeps the log-probs of the loss forward (no second forward);
-* ``_compute_loss``: adds the world term; ``log``: exact held-out env CE in evaluation;
+* ``_compute_loss``: adds the world term; ``evaluate``: exact held-out env CE;
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each
   recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times);
 * ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
@@ -42,7 +42,7 @@ from .collator import (
 )
 from .config import EchoGRPOConfig
 from .errors import DatasetSchemaError, EchoTrlError
-from .loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .loss import divisor_for, global_count, masked_nll, nll_sum_and_count, world_coeff_at, world_loss
 from .model_card import ECHO_PAPER, add_echo_section
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ ADVANTAGE_COLUMN = "echo_advantage"
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
                       "behavior_logprobs", ADVANTAGE_COLUMN, "valid_tool_call_pct", "parse_clean_pct",
                       "correct_pct"]
+#: Row number ``_prepare_eval`` gives each held-out trajectory: the key that counts each one once.
+EVAL_INDEX_COLUMN = "echo_eval_index"
 
 
 #: Multimodal inputs TRL 1.16's ``_compute_loss`` forwards to ``_get_per_token_logps_and_entropies``.
@@ -148,6 +150,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_inputs: dict[str, Any] | None = None
         self._echo_online: dict[str, Any] | None = None
         self._echo_eval_totals = torch.zeros(4, dtype=torch.float64)  # env sum, env count, warn sum, warn count
+        self._echo_eval_seen: set[int] = set()  # EVAL_INDEX_COLUMN values already in the totals
         self._echo_warned: set[str] = set()
 
     # ----------------------------------------------------------------------------------------
@@ -179,12 +182,23 @@ class EchoGRPOTrainer(GRPOTrainer):
         if isinstance(eval_dataset, dict):
             return {k: self._prepare_eval(v, args) for k, v in eval_dataset.items()}
         if is_trajectory_dataset(eval_dataset):
-            return self._with_advantages(eval_dataset, args, "eval_dataset")
+            ds = self._with_advantages(eval_dataset, args, "eval_dataset")
+            if EVAL_INDEX_COLUMN in ds.column_names:
+                ds = ds.remove_columns(EVAL_INDEX_COLUMN)
+            return ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
         return eval_dataset
+
+    def evaluate(self, eval_dataset=None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"):
+        """``Trainer.evaluate`` with the held-out env CE totals restarted (also after an interrupted evaluation
+        or a ``predict``); trajectories passed here are prepared as ``eval_dataset`` at init is."""
+        self._echo_eval_totals.zero_()
+        self._echo_eval_seen.clear()
+        return super().evaluate(self._prepare_eval(eval_dataset, self.args), ignore_keys, metric_key_prefix)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        self._signature_columns = list(dict.fromkeys([*self._signature_columns, *TRAJECTORY_COLUMNS]))
+        self._signature_columns = list(dict.fromkeys([*self._signature_columns, *TRAJECTORY_COLUMNS,
+                                                          EVAL_INDEX_COLUMN]))
 
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
@@ -245,6 +259,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         batch = {k: v.to(device) for k, v in collate_features(features, self._tokenizer.pad_token_id).items()}
         advantages = torch.tensor([float(row.get(ADVANTAGE_COLUMN) or 0.0) for row in rows], device=device)
         batch["advantages"] = advantages
+        if EVAL_INDEX_COLUMN in rows[0]:
+            batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
         loss_mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         batch["world_num_items"] = self.accelerator.gather(
@@ -503,7 +519,7 @@ class EchoGRPOTrainer(GRPOTrainer):
                 m["world/ce_warning"].append(tot[2] / tot[3])
         else:
             # Held-out CE is a token-weighted mean over the whole evaluation (not a mean of batch means).
-            self._echo_eval_totals += torch.tensor(tot[:4], dtype=torch.float64)
+            self._add_eval_totals(inputs.get(EVAL_INDEX_COLUMN), logps, env_mask, warn_mask, tot[:4])
             e = self._echo_eval_totals
             if e[1] > 0:
                 m["world/ce_env"] = [(e[0] / e[1]).item()]
@@ -518,11 +534,23 @@ class EchoGRPOTrainer(GRPOTrainer):
         m["world/tokens_action"].append(tot[6])
         return coeff * wl.loss
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        super().log(logs, start_time)
-        if mode == "eval":
-            self._echo_eval_totals.zero_()
+    def _add_eval_totals(self, index: torch.Tensor | None, logps: torch.Tensor, env_mask: torch.Tensor,
+                         warn_mask: torch.Tensor, batch_totals: list[float]) -> None:
+        """Add a micro-batch to the held-out totals, each recorded trajectory once.
+
+        With several processes accelerate evens out the last eval batch by repeating rows from the start
+        of the eval set; their per-row sums are gathered with their row index and repeats are skipped.
+        Without an index (generated completions: every one is a new sample) the all-reduced sums are added.
+        """
+        if index is None:
+            self._echo_eval_totals += torch.tensor(batch_totals, dtype=torch.float64)
+            return
+        sums = torch.stack([masked_nll(logps.detach(), env_mask).sum(1), env_mask.sum(1).float(),
+                            masked_nll(logps.detach(), warn_mask).sum(1), warn_mask.sum(1).float()], 1)
+        for i, row in zip(self.accelerator.gather(index).tolist(), self.accelerator.gather(sums).tolist(), strict=True):
+            if i not in self._echo_eval_seen:
+                self._echo_eval_seen.add(i)
+                self._echo_eval_totals += torch.tensor(row, dtype=torch.float64)
 
     # ----------------------------------------------------------------------------------------
     # Model card

@@ -3,7 +3,9 @@
 Two CPU processes (gloo) train a tiny local model offline for a few steps; the same global batch is
 trained once more in one process. Checks: both ranks end with identical parameters, the logged world
 metrics are global (summed over both ranks' data, recomputed here with ``tokenize_with_roles``), and
-the first-step loss (and the final model) match the one-process run within float tolerance.
+the first-step loss (and the final model) match the one-process run within float tolerance, and
+the held-out ``eval_world/ce_env`` of the untouched model (``--eval_on_start``, 5 trajectories: the
+2 x 2 sharded eval loader repeats 3 of them to even out its last batch) equals the one-process value.
 
 The per-rank parameters come from a ``sitecustomize`` probe put on ``PYTHONPATH`` for the launched
 processes only: it wraps ``EchoGRPOTrainer.save_model`` to dump each rank's parameters. Nothing in
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 MAX_COMPLETION = 1024
 STEPS = 2
+EVAL_ROWS, EVAL_BATCH = 5, 2  # 2 processes x 2 per device: the last eval batch holds 1 real row, 3 repeats
 
 _PROBE = '''
 import os
@@ -57,7 +60,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    """A tiny local model and an 8-trajectory dataset directory (build_awm_dataset + save_dataset)."""
+    """A tiny local model, an 8-trajectory dataset directory (build_awm_dataset + save_dataset) and a
+    5-trajectory held-out one."""
     from echo_trl.tiny import ensure_tiny_model
 
     root = tmp_path_factory.mktemp("ddp")
@@ -65,7 +69,11 @@ def assets(tmp_path_factory):
     ds = build_awm_dataset([episodes])
     assert len(ds) == 8
     save_dataset(ds, root / "data")
-    corpus = [m["content"] for row in ds for m in row["completion"]]
+    held = build_awm_dataset([write_episodes(synthetic_episodes(n_tasks=1, per_task=EVAL_ROWS, seed=2),
+                                             root / "held.jsonl")])
+    assert len(held) == EVAL_ROWS
+    save_dataset(held, root / "held")
+    corpus = [m["content"] for row in [*ds, *held] for m in row["completion"]]
     model = ensure_tiny_model(root / "model", family="qwen3", corpus=corpus, vocab_size=600, hidden_size=32)
     probe = root / "probe"
     probe.mkdir()
@@ -79,7 +87,10 @@ def _train_flags(root: Path, model: Path, out: Path, per_device: int) -> list[st
             "--num_generations", "2", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
             "--save_strategy", "no", "--logging_steps", "1", "--max_completion_length", str(MAX_COMPLETION),
             "--gradient_checkpointing", "false", "--dtype", "float32", "--disable_tqdm", "true",
-            "--learning_rate", "1e-3", "--world_model_coeff", "0.05", "--seed", "0"]
+            "--learning_rate", "1e-3", "--world_model_coeff", "0.05", "--seed", "0",
+            # held-out CE of the initial model only (eval_steps past max_steps)
+            "--eval_strategy", "steps", "--eval_on_start", "true", "--eval_steps", "1000",
+            "--eval_dataset_name", str(root / "held"), "--per_device_eval_batch_size", str(EVAL_BATCH)]
 
 
 def _env(probe: Path, probe_out: Path) -> dict[str, str]:
@@ -90,8 +101,8 @@ def _env(probe: Path, probe_out: Path) -> dict[str, str]:
     return env
 
 
-def _logs(out: Path) -> list[dict]:
-    return [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+def _logs(out: Path, key: str = "loss") -> list[dict]:
+    return [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if key in h]
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +175,26 @@ def test_first_step_loss_and_final_model_match_one_process(runs):
         # Adam divides by sqrt(v): an entry whose gradient is ~0 in both runs can move by up to lr (1e-3) on
         # float noise alone, so the tolerance is a tenth of lr rather than float epsilon
         torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from echo_trl.world_eval import trajectory_env_nll
+
+    root, model_dir, _ = assets
+    # the evaluation before the first step (Trainer evaluates once more after the last one)
+    ddp, single = ([h for h in _logs(runs[name][0], "eval_world/ce_env") if h["step"] == 0] for name in ("ddp", "single"))
+    assert len(ddp) == len(single) == 1
+    # Same initial weights and per-row float32 sums; only batch composition (padding) and the order of the
+    # float64 accumulation may differ, a few float32 ulps (~1e-7 relative): 1e-6 leaves margin, and the
+    # repeats counted twice moved it by ~1e-4 (below).
+    assert ddp[0]["eval_world/ce_env"] == pytest.approx(single[0]["eval_world/ce_env"], rel=1e-6)
+    model, tok = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    # evaluate_world_model's per-trajectory sums: an independent forward (no padding, only the env positions)
+    per_row = [trajectory_env_nll(model, tok, row, max_completion_length=MAX_COMPLETION)
+               for row in load_echo_dataset(root / "held")]
+    ce = lambda rs: sum(r["env_nll"] for r in rs) / sum(r["env_tokens"] for r in rs)  # noqa: E731
+    assert single[0]["eval_world/ce_env"] == pytest.approx(ce(per_row), rel=1e-5)
+    # the repeats accelerate pads the last batch with (rows 0-2), counted twice, move the CE well past that
+    assert ce(per_row + per_row[:3]) != pytest.approx(ce(per_row), rel=1e-4)

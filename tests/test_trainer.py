@@ -291,6 +291,30 @@ def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
     assert short.evaluate()["eval_world/ce_env"] == pytest.approx(cut["ce_env"], rel=1e-5)
 
 
+def test_eval_counts_each_heldout_trajectory_once(tmp_path):
+    """Several processes: accelerate evens out the last eval batch of each with rows from the start of the
+    eval set. A repeated row index (as gathered from such a batch) counts once, whatever the batch."""
+    from echo_trl.world_eval import evaluate_world_model
+
+    held = trajectories_to_dataset([trajectory(10 + i, float(i % 2), f"h{i // 2}", warning=(i < 2)) for i in range(3)])
+    trainer = make_trainer(tmp_path, eval_dataset=held)
+    trainer.model.eval()
+    rows = [trainer.eval_dataset[i] for i in (0, 1, 0)]
+    trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows))
+    trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows[1:]))
+    m, tok = trainer._metrics["eval"], tiny_tokenizer("qwen3")
+    ref = evaluate_world_model(trainer.model, tok, [held[0], held[1]])
+    twice = evaluate_world_model(trainer.model, tok, [held[i] for i in (0, 1, 0, 1, 0)])
+    assert twice["ce_env"] != pytest.approx(ref["ce_env"], rel=1e-4)  # the check below can tell them apart
+    assert m["world/ce_env"] == [pytest.approx(ref["ce_env"], rel=1e-5)]
+    assert m["world/ce_warning"] == [pytest.approx(ref["ce_warning"], rel=1e-5)]
+    # evaluate() restarts the totals; trajectories passed to it get their row index as eval_dataset at init
+    full = evaluate_world_model(trainer.model, tok, held)["ce_env"]
+    for metrics in (trainer.evaluate(eval_dataset=held), trainer.evaluate()):
+        assert metrics["eval_world/ce_env"] == pytest.approx(full, rel=1e-5)
+        assert trainer._echo_eval_seen == {0, 1, 2}
+
+
 def test_training_logs_world_metrics_and_filter_counters(tmp_path):
     ts = [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", error=(i % 2 == 0), warning=(i == 1))
           for i in range(4)]
