@@ -82,6 +82,16 @@ def test_missing_dataset_is_a_usage_error(assets, tmp_path, capsys):
     assert rc == 2 and "--dataset_name is required" in capsys.readouterr().err
 
 
+def test_invalid_training_arguments_are_a_usage_error_without_traceback(assets, tmp_path, capsys):
+    root, model, _ = assets
+    # GRPOConfig validates while parsing: 3 rows per step cannot form groups of 2 (a ValueError in TRL)
+    rc = cli_main(_flags(root, model, tmp_path / "out", "--per_device_train_batch_size", "3"))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("echo-trl train: error: invalid training arguments:")
+    assert "generation_batch_size (3) must be divisible by num_generations (2)" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
     seen = {}
     monkeypatch.setattr(train_cmd, "run_demo", lambda args: seen.setdefault("args", args) and 0)

@@ -81,7 +81,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] == "--demo":
         return run_demo(parse_demo_args(argv[1:] if argv else []))
     parser = make_parser()
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except ValueError as exc:  # TrainingArguments / GRPOConfig validation: a usage error, not a crash
+        hint = (" (on a machine without a GPU pass --use_cpu; `echo-trl train` with no arguments runs the CPU demo)"
+                if "use_cpu" in str(exc) else "")
+        raise EchoTrlError(f"invalid training arguments: {exc}{hint}") from exc
     return run_training(script_args, training_args, model_args)
 
 
