@@ -303,6 +303,10 @@ def plot(results: dict, out: Path) -> tuple[Path | None, Path | None]:
     a2.set_xticks(xs, keys)
     a2.set_xlabel("lambda")
     a2.set_ylabel("GRPO policy loss")
+    a2.ticklabel_format(axis="y", useOffset=False)  # offline it is one value for every lambda: show it flat
+    finite = [p for p in pol if p == p]
+    if finite and max(finite) - min(finite) < 1e-3:
+        a2.set_ylim(min(finite) - 0.5, max(finite) + 0.5)
     a2b.set_ylabel("held-out action CE (nats/token)")
     for x, k in zip(xs, keys, strict=True):
         if sweep[k]["collapse_flag"]:
