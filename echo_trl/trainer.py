@@ -11,7 +11,8 @@ Kept thin. It overrides these ``GRPOTrainer`` hooks (TRL 1.16; see ``trl_compat.
 * ``_get_per_token_logps_and_entropies``: keeps the log-probs of the loss forward (no second forward);
 * ``_compute_loss``: adds the world term; ``evaluate``: exact held-out env CE;
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each
-  recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times);
+  recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times), and
+  each epoch's order a function of (seed, epoch), offline and online, so a resumed run continues it;
 * ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
 * ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``model_card.py``).
 """
@@ -203,7 +204,7 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
         if not is_trajectory_dataset(dataset):
-            return super()._get_train_sampler(dataset)
+            return _ResumableRepeatSampler.like(super()._get_train_sampler(dataset))  # online: TRL's settings
         # Each trajectory once per epoch (no num_generations repeats: groups come from group_id); the repeat
         # over steps_per_generation x num_iterations is TRL's buffering of one generation batch.
         # Resumable: a run resumed in a later epoch gets that epoch's order (tests/test_resume.py).
@@ -224,9 +225,8 @@ class EchoGRPOTrainer(GRPOTrainer):
 
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
-        mid_buffer = self._step % (self.args.steps_per_generation * self.num_iterations) != 0
-        torch.save({"step": self._step, "buffered_inputs": self._buffered_inputs if mid_buffer else None,
-                    "num_processes": self.accelerator.num_processes}, self._generation_buffer_file(output_dir))
+        torch.save({**trl_compat.generation_buffer_state(self), "num_processes": self.accelerator.num_processes},
+                   self._generation_buffer_file(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)  # Trainer calls it once on resume, before the first training_step
@@ -235,7 +235,7 @@ class EchoGRPOTrainer(GRPOTrainer):
             saved = torch.load(path, map_location=self.accelerator.device, weights_only=True)
             # Another world size shards the data differently: every process keeps TRL's behaviour then.
             if saved.get("num_processes") == self.accelerator.num_processes:
-                self._step, self._buffered_inputs = saved["step"], saved["buffered_inputs"]
+                trl_compat.restore_generation_buffer(self, saved)
 
     def _generation_buffer_file(self, checkpoint: str) -> Path:
         return Path(checkpoint) / f"echo_generation_buffer_{self.args.process_index}.pt"
@@ -588,6 +588,15 @@ class _ResumableRepeatSampler(RepeatSampler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.epoch = 0
+
+    @classmethod
+    def like(cls, sampler):
+        """The resumable version of TRL's ``RepeatSampler`` ``sampler`` (same settings); anything else as is."""
+        if type(sampler) is not RepeatSampler:
+            return sampler
+        return cls(data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                   batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+                   seed=sampler.seed)
 
     def set_epoch(self, epoch: int) -> None:  # accelerate's DataLoaderShard calls it before every epoch
         self.epoch = epoch

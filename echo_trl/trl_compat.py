@@ -10,6 +10,8 @@ module (and the overridden hooks listed in ``echo_trl/trainer.py``) is what to r
   backbone's ``last_hidden_state`` (``model.base_model``) projected by ``get_output_embeddings()``;
   :func:`capture_hidden_states` and :func:`logps_at_temperature` re-project those hidden states.
 * the reference-model branch of ``_generate_and_score_completions`` (:func:`reference_logps`).
+* ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
+  ``steps_per_generation x num_iterations`` micro-steps (:func:`generation_buffer_state`).
 """
 
 from __future__ import annotations
@@ -130,3 +132,15 @@ def needs_old_logps(trainer) -> bool:
     generate_every = trainer.args.steps_per_generation * trainer.num_iterations
     return trainer.args.gradient_accumulation_steps % generate_every != 0 or (
         trainer.use_vllm and trainer.vllm_importance_sampling_correction)
+
+
+def generation_buffer_state(trainer) -> dict:
+    """TRL 1.16's position in its generation buffer, to checkpoint: the micro-step counter, and the buffered
+    batch itself when the checkpoint falls inside a buffer (at a boundary TRL regenerates anyway)."""
+    mid_buffer = trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations) != 0
+    return {"step": trainer._step, "buffered_inputs": trainer._buffered_inputs if mid_buffer else None}
+
+
+def restore_generation_buffer(trainer, state: dict) -> None:
+    """Put a :func:`generation_buffer_state` back (TRL itself resumes with ``_step = 0`` and no buffer)."""
+    trainer._step, trainer._buffered_inputs = state["step"], state["buffered_inputs"]

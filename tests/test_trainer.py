@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from conftest import tiny_tokenizer
+from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.dataset import trajectories_to_dataset
@@ -450,6 +451,32 @@ def test_verifier_free_online_echo_needs_no_reward(tmp_path):
     log = next(h for h in trainer.state.log_history if "world/loss_scaled" in h)
     assert log["loss"] == pytest.approx(log["world/loss_scaled"], rel=1e-4)  # world term only
     assert "clip_ratio/region_mean" not in log  # no policy term was computed
+
+
+def test_online_sampler_is_trls_order_and_resumable(tmp_path):
+    """Online (prompt dataset) the sampler keeps TRL's settings and order, and a fresh one told set_epoch(e),
+    as Trainer does on resume, continues with epoch e's order (TRL's own replays epoch 0's)."""
+    from trl import GRPOTrainer
+
+    tok = tiny_tokenizer("qwen3")
+    prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(6)]})
+    trainer = EchoGRPOTrainer(
+        tiny_model(), args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                                          max_steps=1, use_cpu=True, bf16=False, report_to="none", seed=3,
+                                          max_completion_length=64, disable_tqdm=True),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], train_dataset=prompts,
+        processing_class=tok, rollout_func=_rollout(tok))
+    trl_sampler = GRPOTrainer._get_train_sampler(trainer, prompts)
+    trl_epochs = [list(trl_sampler) for _ in range(3)]
+    assert trl_epochs[0] != trl_epochs[1]
+    ours = trainer._get_train_sampler()
+    assert (ours.mini_repeat_count, ours.batch_size, ours.repeat_count) == (
+        trl_sampler.mini_repeat_count, trl_sampler.batch_size, trl_sampler.repeat_count)
+    assert [list(ours) for _ in range(3)] == trl_epochs
+    for e in (2, 1):
+        fresh = trainer._get_train_sampler()
+        fresh.set_epoch(e)
+        assert list(fresh) == trl_epochs[e]
 
 
 _DDP_SCRIPT = """
