@@ -147,21 +147,9 @@ def alternate_measured(fns: dict[str, Callable[[], object]], repeats: int, warmu
 
 def quiet() -> None:
     """Silence progress bars and deprecation chatter (benchmarks print one table)."""
-    import logging
-    import os
-    import warnings
+    from echo_trl.progress import quiet_libraries
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    logging.getLogger("echo_trl").setLevel(logging.ERROR)
+    quiet_libraries()
 
 
 def bundled_dataset(compact_tools: bool = True):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -94,20 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def quiet() -> None:
-    import logging
-    import warnings
+    from echo_trl.progress import quiet_libraries
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    logging.getLogger("echo_trl").setLevel(logging.ERROR)
+    quiet_libraries()
 
 
 def load_data(args):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import random
 import sys
@@ -378,20 +377,11 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    import warnings
-
-    import datasets
-    import transformers
-
     from ..dataset import build_awm_dataset
+    from ..progress import quiet_libraries
     from ..warmup import WarmupSettings, warm_up_tiny_model
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    warnings.filterwarnings("ignore", category=FutureWarning)  # TRL/transformers deprecation notices
-    logging.getLogger("echo_trl").setLevel(logging.ERROR)
+    quiet_libraries(progress_bars=True, user_warnings=True)
     start = time.time()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -42,18 +41,9 @@ def parse_args(argv=None):
 
 
 def quiet():
-    import logging
-    import warnings
+    from echo_trl.progress import quiet_libraries
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
-    warnings.filterwarnings("ignore")
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    datasets.disable_progress_bars()
-    logging.getLogger("echo_trl").setLevel(logging.ERROR)
+    quiet_libraries()
 
 
 def build(args):
