@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,19 @@ class SkippedRecord:
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "record": self.record, "reason": self.reason, "raw": self.raw}
 
+    def to_jsonl(self) -> str:
+        """One ``skipped.jsonl`` line, for any record: text that is not valid Unicode is escaped
+        (``\\ud800``), a value too deep to write again is left out (its reason says why)."""
+        try:
+            line = json.dumps(self.to_json(), ensure_ascii=False)
+        except (RecursionError, ValueError, TypeError):
+            return json.dumps({**self.to_json(), "raw": None}, ensure_ascii=True)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(self.to_json(), ensure_ascii=True)
+        return line
+
 
 # --------------------------------------------------------------------------------------------
 # Reading files
@@ -73,6 +87,13 @@ class SkippedRecord:
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses to inf: a number no float can hold, not infinity
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -85,22 +106,66 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(text: str) -> Any:
-    """Strict JSON: duplicated keys and NaN/Infinity are errors, not silent last-one-wins."""
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
+    """Strict JSON: duplicated keys, NaN/Infinity and overflowing numbers are errors.
+
+    Raises ``ValueError`` (also for integers longer than Python's digit limit) or
+    ``RecursionError`` (nesting deeper than the interpreter's recursion limit).
+    """
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant,
+                      parse_float=_finite_float)
 
 
-def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
-    """Expand files and directories into a sorted, de-duplicated list of episode files."""
+def is_episode_file(path: Path) -> bool:
+    """An episode file by its suffix, in any case (``.JSON`` from some exporters), never our own report."""
+    return path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl"
+
+
+def _walk_input(path: Path) -> tuple[list[Path], list[EpisodeError]]:
+    """Episode files under one input and the parts that could not be searched, each named.
+
+    ``Path.rglob`` silently skips directories it cannot list; ``os.walk`` reports them.
+    """
+    if path.is_file():
+        return [path], []
+    if not path.is_dir():
+        return [], [EpisodeError("no such file or directory", source=str(path))]
+    files: list[Path] = []
+    problems: list[EpisodeError] = []
+
+    def unreadable(exc: OSError) -> None:
+        problems.append(EpisodeError(f"cannot read directory: {exc.strerror or exc}",
+                                     source=str(exc.filename or path)))
+
+    for root, _dirs, names in os.walk(path, onerror=unreadable):
+        for name in names:
+            file = Path(root, name)
+            if not is_episode_file(file):
+                continue
+            if file.is_file():
+                files.append(file)
+            else:  # a dangling link or a FIFO named *.json: say so rather than skip it
+                problems.append(EpisodeError("not a regular file (a dangling link?)", source=str(file)))
+    files.sort()
+    if not files and not problems:
+        problems.append(EpisodeError(f"no episode files ({', '.join(EPISODE_SUFFIXES)}) in this directory",
+                                     source=str(path)))
+    return files, problems
+
+
+def find_episode_files(inputs: Iterable[str | Path], problems: list[EpisodeError] | None = None) -> list[Path]:
+    """Expand files and directories into a sorted, de-duplicated list of episode files.
+
+    Inputs that cannot be searched (missing, unreadable subdirectories, directories without
+    episode files) raise :class:`EpisodeError`, or are appended to ``problems`` when given.
+    """
     files: list[Path] = []
     for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in EPISODE_SUFFIXES
-                                and p.name != "skipped.jsonl"))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise EpisodeError("no such file or directory", source=str(path))
+        found, errors = _walk_input(Path(item))
+        if errors and problems is None:
+            raise errors[0]
+        files.extend(found)
+        if problems is not None:
+            problems.extend(errors)
     seen: set[Path] = set()
     unique = []
     for f in files:
@@ -114,16 +179,22 @@ def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
 def iter_episode_records(inputs: Iterable[str | Path]) -> Iterator[EpisodeRecord]:
     """Yield every raw record of every input; unreadable records carry an ``error``, never raise.
 
-    A broken line in a JSONL file does not hide the valid lines around it.
+    A broken line in a JSONL file does not hide the valid lines around it; an input or
+    subdirectory that cannot be searched is a record with an error, never silently nothing.
     """
-    for path in find_episode_files(inputs):
+    problems: list[EpisodeError] = []
+    files = find_episode_files(inputs, problems)
+    for problem in problems:
+        yield EpisodeRecord(problem.source, "", error=problem)
+    for path in files:
         source = str(path)
         try:
             data = path.read_bytes()
         except OSError as exc:
-            yield EpisodeRecord(source, "", error=EpisodeError(f"cannot read file: {exc}", source=source))
+            yield EpisodeRecord(source, "", error=EpisodeError(f"cannot read file: {exc.strerror or exc}",
+                                                               source=source))
             continue
-        if path.suffix == ".jsonl":
+        if path.suffix.lower() == ".jsonl":
             for lineno, line in enumerate(data.split(b"\n"), start=1):
                 if not line.strip():
                     continue
@@ -171,9 +242,62 @@ def _expect(value: Any, kinds: type | tuple[type, ...], field: str, what: str) -
 
 def _finite(value: Any, field: str) -> float:
     _expect(value, (int, float), field, "a number")
-    if not math.isfinite(value):
+    try:
+        number = float(value)  # an integer like 10**400 has no float: OverflowError
+    except OverflowError:
+        raise EpisodeError(f"number out of range ({len(str(value))} digits)", field=field) from None
+    if not math.isfinite(number):
         raise EpisodeError(f"expected a finite number, got {value}", field=field)
-    return float(value)
+    return number
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: Any, field: str) -> int:
+    """An integer the dataset's ``int64`` column can hold (Arrow raises OverflowError otherwise)."""
+    _expect(value, int, field, "an integer")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise EpisodeError("integer out of range (the dataset stores a 64-bit integer)", field=field)
+    return value
+
+
+def _child(field: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{field}[{key}]"
+    return f"{field}.{key}" if field else str(key)
+
+
+def check_text(value: Any, field: str = "") -> None:
+    """Raise :class:`EpisodeError` at the first string (key or value) that is not valid Unicode.
+
+    JSON escapes can spell lone surrogates (``"\\ud800"``); Python keeps them, but no UTF-8
+    writer (Arrow, a file, a tokenizer) can, so one would fail the whole build far from its
+    record. Iterative, so depth is no problem.
+    """
+    stack = [(value, field)]
+    while stack:
+        item, here = stack.pop()
+        if isinstance(item, str):
+            _utf8(item, here)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str):
+                    _utf8(key, f"{here} (a key)" if here else "(a key)")
+                stack.append((sub, _child(here, key)))
+        elif isinstance(item, list):
+            stack.extend((sub, _child(here, i)) for i, sub in enumerate(item))
+
+
+def _utf8(text: str, field: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise EpisodeError(f"lone surrogate {ascii(bad)} at character {exc.start} is not valid Unicode text",
+                           field=field or None) from None
 
 
 def _required(obj: dict[str, Any], key: str, field: str) -> Any:
@@ -189,6 +313,15 @@ def serialize_output(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+def _output_text(value: Any, field: str) -> str:
+    try:
+        return serialize_output(value)
+    except RecursionError:
+        raise EpisodeError("nested too deeply to serialise", field=field) from None
+    except (TypeError, ValueError) as exc:  # Python objects given through the API, not JSON
+        raise EpisodeError(f"not JSON-serialisable ({exc})", field=field) from None
+
+
 def _arguments(value: Any, field: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -197,6 +330,9 @@ def _arguments(value: Any, field: str) -> dict[str, Any]:
             value = parse_json(value) if value.strip() else {}
         except ValueError as exc:
             raise EpisodeError(f"arguments string is not valid JSON ({exc})", field=field) from None
+        except RecursionError:
+            raise EpisodeError("arguments string is not valid JSON (nested too deeply)", field=field) from None
+        check_text(value, field)
     return _expect(value, dict, field, "an object of tool arguments")
 
 
@@ -287,7 +423,7 @@ def _openenv_turns(steps: Any) -> list[_Turn]:
         if not name:
             raise EpisodeError("expected a non-empty tool name", field=f"{here}.action.tool_name")
         args = _arguments(action.get("arguments"), f"{here}.action.arguments")
-        parts = [serialize_output(observation[k]) for k in ("tool_result", "error", "verify_result")
+        parts = [_output_text(observation[k], f"{here}.observation.{k}") for k in ("tool_result", "error", "verify_result")
                  if observation.get(k) is not None]
         if not parts:
             raise EpisodeError("expected one of tool_result, error, verify_result", field=f"{here}.observation")
@@ -319,15 +455,16 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         _expect(name, str, f"{here}.tool_name", "a string")
         args = _arguments(entry.get("arguments"), f"{here}.arguments")
         if kind == "verify":
-            value = entry.get("verify_result", entry.get("result"))
+            key = "verify_result" if "verify_result" in entry else "result"
         elif entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None):
-            value = entry.get("error")
+            key = "error"
         else:
-            value = entry.get("result")
+            key = "result"
+        value = entry.get(key)
         if value is None:
-            field = "verify_result" if kind == "verify" else ("error" if entry.get("success") is False else "result")
-            raise EpisodeError("missing observation", field=f"{here}.{field}")
-        turns.append(_Turn(name, args, serialize_output(value), _warnings(entry.get("warning"), f"{here}.warning")))
+            raise EpisodeError("missing observation", field=f"{here}.{'verify_result' if kind == 'verify' else key}")
+        turns.append(_Turn(name, args, _output_text(value, f"{here}.{key}"),
+                           _warnings(entry.get("warning"), f"{here}.warning")))
     return turns, tools, reward
 
 
@@ -349,9 +486,13 @@ def awm_episode_to_trajectory(
     :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
     """
     try:
+        check_text(episode)
         return _convert(episode, system_prompt, compact_tools)
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
+    except (RecursionError, OverflowError, TypeError, ValueError) as exc:
+        # A backstop: content the checks above did not foresee is still this record's error.
+        raise EpisodeError(f"cannot convert ({type(exc).__name__}: {exc})", source=source, record=record) from None
 
 
 def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False) -> Trajectory:
@@ -360,7 +501,7 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
     if not task.strip():
         raise EpisodeError("expected a non-empty task", field="task")
-    task_idx = _expect(_required(episode, "task_idx", ""), int, "task_idx", "an integer")
+    task_idx = _int64(_required(episode, "task_idx", ""), "task_idx")
 
     reward = None
     if "trajectory" in episode:
@@ -405,25 +546,39 @@ def load_awm_episodes(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
     show_progress: bool | None = False,
+    check: Callable[[Trajectory], None] | None = None,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
     ``strict=True`` raises the first :class:`EpisodeError`; ``strict=False`` keeps every valid
     episode and returns the rejected records with their reasons (nothing valid is lost).
+    ``check`` runs on each converted trajectory inside its record's error handling (the dataset
+    builder passes its Arrow encoder), so an :class:`EpisodeError` it raises names this record.
+    Input that yields no episode at all is an error in both modes.
     """
     from .progress import progress
 
+    inputs = list(inputs)
     trajectories, skipped = [], []
     for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
         try:
             if rec.error is not None:
                 raise rec.error
-            trajectories.append(awm_episode_to_trajectory(
+            trajectory = awm_episode_to_trajectory(
                 rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools))
+                compact_tools=compact_tools)
+            if check is not None:
+                check(trajectory)
+            trajectories.append(trajectory)
         except EpisodeError as exc:
+            exc = exc.at(source=rec.source, record=rec.record or None)
             if strict:
-                raise
+                raise exc from None
             skipped.append(SkippedRecord(rec.source, rec.record, str(exc),
                                          rec.data if rec.error is None else rec.raw))
+    if not trajectories:
+        where = ", ".join(map(str, inputs)) or "<no inputs>"
+        detail = f"all {len(skipped)} record(s) are invalid; first: {skipped[0].reason}" if skipped else \
+            "no episode records"
+        raise EpisodeError(f"no valid episodes ({detail})", source=where)
     return trajectories, skipped

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 from datasets import Features, List, Value
 
 from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, load_awm_episodes
-from .errors import DatasetSchemaError
+from .errors import DatasetSchemaError, EpisodeError
+from .outputs import atomic_output_dir
 from .roles import Role, Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
@@ -46,7 +48,17 @@ REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "grou
 # Row <-> Trajectory
 
 
-def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
+def _json_text(value: Any, field: str) -> str:
+    """JSON text for an Arrow string column; a value json cannot write is the record's error."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        raise EpisodeError("nested too deeply to store as JSON text", field=field) from None
+    except (TypeError, ValueError) as exc:
+        raise EpisodeError(f"cannot store as JSON text ({exc})", field=field) from None
+
+
+def _message_to_row(message: dict[str, Any], field: str = "message") -> dict[str, Any]:
     calls = message.get("tool_calls")
     return {
         "role": message["role"],
@@ -55,8 +67,9 @@ def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
         "tool_calls": None if not calls else [
             {"type": c.get("type", "function"),
              "function": {"name": c["function"]["name"],
-                          "arguments": json.dumps(c["function"].get("arguments") or {}, ensure_ascii=False)}}
-            for c in calls
+                          "arguments": _json_text(c["function"].get("arguments") or {},
+                                                  f"{field}.tool_calls[{j}].function.arguments")}}
+            for j, c in enumerate(calls)
         ],
     }
 
@@ -76,22 +89,30 @@ def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[s
     if message.get("tool_calls"):
         out["tool_calls"] = [
             {"type": c.get("type") or "function",
-             "function": {"name": c["function"]["name"], "arguments": _json_object(c["function"]["arguments"])}}
-            for c in message["tool_calls"]
+             "function": {"name": c["function"]["name"],
+                          "arguments": _json_object(c["function"]["arguments"],
+                                                    f"{field}.tool_calls[{j}].function.arguments")}}
+            for j, c in enumerate(message["tool_calls"])
         ]
     return out
 
 
-def _json_object(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else (value or {})
+def _json_object(value: Any, field: str = "value") -> Any:
+    if not isinstance(value, str):
+        return value or {}
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise DatasetSchemaError(f"{field}: expected JSON text ({reason})") from None
 
 
 def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
     """One dataset row (plain Python values matching :data:`FEATURES`)."""
     return {
-        "prompt": [_message_to_row(m) for m in trajectory.prompt],
-        "completion": [_message_to_row(m) for m in trajectory.completion],
-        "tools": [json.dumps(t, ensure_ascii=False) for t in trajectory.tools],
+        "prompt": [_message_to_row(m, f"prompt[{i}]") for i, m in enumerate(trajectory.prompt)],
+        "completion": [_message_to_row(m, f"completion[{i}]") for i, m in enumerate(trajectory.completion)],
+        "tools": [_json_text(t, f"tools[{i}]") for i, t in enumerate(trajectory.tools)],
         "warnings": [list(w) for w in trajectory.warnings],
         "reward": float(trajectory.reward),
         "group_id": trajectory.group_id,
@@ -110,7 +131,7 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     return Trajectory(
         prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
-        tools=[_json_object(t) for t in row.get("tools") or []],
+        tools=[_json_object(t, f"tools[{i}]") for i, t in enumerate(row.get("tools") or [])],
         warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
         reward=float(row.get("reward") or 0.0),
         scenario=row.get("scenario") or "",
@@ -120,11 +141,46 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
+ARROW_SCHEMA = FEATURES.arrow_schema
+
+
+def encode_row(trajectory: Trajectory) -> pa.RecordBatch:
+    """One trajectory as a one-row Arrow batch of :data:`FEATURES`.
+
+    Encoded one record at a time so a value Arrow cannot store (a lone surrogate, an integer
+    beyond int64) is an :class:`EpisodeError` naming its column, and a lenient build skips
+    that record instead of failing on the whole input.
+    """
+    row = trajectory_to_row(trajectory)
+    try:
+        return pa.RecordBatch.from_pylist([row], schema=ARROW_SCHEMA)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        for name in FEATURES:
+            try:
+                pa.array([row[name]], type=ARROW_SCHEMA.field(name).type)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+                raise EpisodeError(f"cannot be stored in the dataset ({type(exc).__name__}: {exc})",
+                                   field=name) from None
+        raise
+
+
+def _dataset_from_batches(batches: list[pa.RecordBatch]) -> datasets.Dataset:
+    table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks()
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=FEATURES))
+
+
 def trajectories_to_dataset(trajectories: Iterable[Trajectory]) -> datasets.Dataset:
-    """A dataset with the explicit ECHO schema (never inferred, so every build has one schema)."""
-    rows = [trajectory_to_row(t) for t in trajectories]
-    columns = {name: [r[name] for r in rows] for name in FEATURES}
-    return datasets.Dataset.from_dict(columns, features=FEATURES)
+    """A dataset with the explicit ECHO schema (never inferred, so every build has one schema).
+
+    Raises :class:`EpisodeError` naming the row (``row N``) and column a value cannot be stored in.
+    """
+    batches = []
+    for i, trajectory in enumerate(trajectories):
+        try:
+            batches.append(encode_row(trajectory))
+        except EpisodeError as exc:
+            raise exc.at(source="trajectories", record=f"row {i}") from None
+    return _dataset_from_batches(batches)
 
 
 def build_awm_dataset(
@@ -143,11 +199,12 @@ def build_awm_dataset(
     and every valid record is kept. ``compact_tools`` drops the response documentation
     fastapi-mcp appends to tool descriptions (much shorter prompts; see ``compact_tool_schema``).
     """
-    trajectories, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt,
-                                               compact_tools=compact_tools, show_progress=show_progress)
+    batches: list[pa.RecordBatch] = []  # encoded inside each record's error handling (see encode_row)
+    _, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt, compact_tools=compact_tools,
+                                    show_progress=show_progress, check=lambda t: batches.append(encode_row(t)))
     if skipped is not None:
         skipped.extend(rejected)
-    return trajectories_to_dataset(trajectories)
+    return _dataset_from_batches(batches)
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,20 +360,28 @@ UNC-Chapel Hill, CC-BY-4.0, arXiv 2602.10090) where the scenarios come from ther
 """
 
 
+#: A file every ``save_to_disk`` directory has: what makes an existing ``--output`` replaceable.
+DATASET_MARKER = "dataset_info.json"
+
+
 def save_dataset(ds: datasets.Dataset, output_dir: str | Path, *, skipped: list[SkippedRecord] = (),
                  push_to_hub: str | None = None, private: bool | None = None) -> Path:
-    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push."""
+    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push.
+
+    Atomic: everything is written into a temporary sibling directory that then replaces
+    ``output_dir`` in one rename, under a lock (:mod:`echo_trl.outputs`), so a killed or failed save
+    leaves the previous dataset intact and a concurrent writer is refused. An existing
+    ``output_dir`` must be empty or a previous dataset.
+    """
     out = Path(output_dir)
-    ds.save_to_disk(str(out))
-    card = dataset_card(ds, skipped=len(skipped))
-    (out / "README.md").write_text(card, encoding="utf-8")
-    report = out / "skipped.jsonl"
-    if skipped:
-        with report.open("w", encoding="utf-8") as fh:
-            for s in skipped:
-                fh.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
-    elif report.exists():
-        report.unlink()
+    with atomic_output_dir(out, replace_if=DATASET_MARKER) as tmp:
+        ds.save_to_disk(str(tmp))
+        card = dataset_card(ds, skipped=len(skipped))
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+        if skipped:
+            with (tmp / "skipped.jsonl").open("w", encoding="utf-8") as fh:
+                for s in skipped:
+                    fh.write(s.to_jsonl() + "\n")
     if push_to_hub:
         from huggingface_hub import DatasetCard
 

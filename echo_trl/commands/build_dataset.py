@@ -6,13 +6,20 @@ import argparse
 import sys
 
 from ..awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord
-from ..dataset import build_awm_dataset, save_dataset
+from ..dataset import DATASET_MARKER, build_awm_dataset, save_dataset
+from ..outputs import check_output_dir
 
 DESCRIPTION = """\
 Read recorded AWM episodes (OpenEnv capture JSON, AWM session trajectory.json, JSONL of
 either; files or directories, searched recursively in sorted order) and write the ECHO
 trajectory dataset: `save_to_disk` files, a dataset card (README.md) and, with
---skip-invalid, skipped.jsonl listing every rejected record with its reason."""
+--skip-invalid, skipped.jsonl listing every rejected record with its reason.
+
+Input that yields no valid episode is an error; so is a directory without episode files or one
+that cannot be read (with --skip-invalid: reported like an invalid record). The output is
+written beside --output and swapped in at the end: a killed build leaves the previous dataset
+intact, and a second build into the same --output is refused while one runs. An existing
+--output must be empty or a previous dataset."""
 
 EPILOG = """\
 examples:
@@ -20,7 +27,7 @@ examples:
   echo-trl build-dataset runs/*.jsonl --output ds --skip-invalid --push-to-hub me/awm-echo
 
 exit codes: 0 ok (also when --skip-invalid skipped records), 2 bad input (the message names
-file:record: field), 1 internal error."""
+file:record: field) or an --output that cannot be written, 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    check_output_dir(args.output, replace_if=DATASET_MARKER)  # before the build, not after it
     skipped: list[SkippedRecord] = []
     ds = build_awm_dataset(args.inputs, strict=not args.skip_invalid, system_prompt=args.system_prompt or None,
                            skipped=skipped, compact_tools=args.compact_tools)
