@@ -245,7 +245,7 @@ def _finite(value: Any, field: str) -> float:
     try:
         number = float(value)  # an integer like 10**400 has no float: OverflowError
     except OverflowError:
-        raise EpisodeError(f"number out of range ({len(str(value))} digits)", field=field) from None
+        raise EpisodeError("number out of range (an integer too large for a float)", field=field) from None
     if not math.isfinite(number):
         raise EpisodeError(f"expected a finite number, got {value}", field=field)
     return number
