@@ -275,6 +275,11 @@ def check_text(value: Any, field: str = "") -> None:
     writer (Arrow, a file, a tokenizer) can, so one would fail the whole build far from its
     record. Iterative, so depth is no problem.
     """
+    try:  # fast path, in C: only a record that fails it is walked to name the field
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return
+    except (UnicodeEncodeError, RecursionError, TypeError, ValueError):
+        pass
     stack = [(value, field)]
     while stack:
         item, here = stack.pop()
