@@ -33,7 +33,6 @@ class EpisodeRecord:
     raw: str | None = None  # the raw text of the record, kept for the skipped report
 
 
-
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} is not valid JSON")
 
