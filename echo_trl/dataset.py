@@ -51,7 +51,7 @@ REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "grou
 def _json_text(value: Any, field: str) -> str:
     """JSON text for an Arrow string column; a value json cannot write is the record's error."""
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)  # standard JSON any reader parses
     except RecursionError:
         raise EpisodeError("nested too deeply to store as JSON text", field=field) from None
     except (TypeError, ValueError) as exc:
@@ -154,14 +154,16 @@ def encode_row(trajectory: Trajectory) -> pa.RecordBatch:
     row = trajectory_to_row(trajectory)
     try:
         return pa.RecordBatch.from_pylist([row], schema=ARROW_SCHEMA)
-    except (pa.ArrowException, ValueError, TypeError, OverflowError):
-        for name in FEATURES:
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as whole:
+        failure, field = whole, None
+        for name in FEATURES:  # name the column (the one-row batch does not say)
             try:
                 pa.array([row[name]], type=ARROW_SCHEMA.field(name).type)
             except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
-                raise EpisodeError(f"cannot be stored in the dataset ({type(exc).__name__}: {exc})",
-                                   field=name) from None
-        raise
+                failure, field = exc, name
+                break
+        raise EpisodeError(f"cannot be stored in the dataset ({type(failure).__name__}: {failure})",
+                           field=field) from None
 
 
 def _dataset_from_batches(batches: list[pa.RecordBatch]) -> datasets.Dataset:

@@ -184,6 +184,11 @@ def test_a_value_arrow_cannot_store_is_named_by_row_and_column():
         trajectories_to_dataset([good, replace(good, scenario="\ud800")])
     with pytest.raises(EpisodeError, match=r"^trajectories:row 0: task_idx: cannot be stored"):
         trajectories_to_dataset([replace(good, task_idx=2**63)])
+    nan_args = awm_episode_to_trajectory(openenv_episode())
+    nan_args.completion[0]["tool_calls"][0]["function"]["arguments"] = {"x": float("nan")}
+    with pytest.raises(EpisodeError, match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+                                           r"cannot store as JSON text"):
+        trajectories_to_dataset([nan_args])  # stored argument text is standard JSON, never NaN
     deep: list = []
     for _ in range(5000):
         deep = [deep]
