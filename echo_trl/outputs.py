@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import os
 import shutil
 import tempfile
@@ -24,6 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import EchoTrlError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; writes stay atomic, concurrent writers are not detected
+    fcntl = None
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -84,6 +88,9 @@ def output_lock(path: str | Path) -> Iterator[Path]:
     out = Path(os.path.realpath(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = out.parent / f".{out.name}.lock"
+    if fcntl is None:
+        yield lock
+        return
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -116,7 +123,7 @@ def _exchange(a: Path, b: Path) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no renameat2 (old glibc, macOS) or no libc handle (Windows)
         return False
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_awm import openenv_episode, session_episode
 
@@ -241,6 +241,7 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
         ds = build_awm_dataset([eps], strict=False, skipped=skipped)  # never raises
         assert ds["task_idx"] in ([1, 3], [1, 2, 3])
         assert len(ds) + len(skipped) == 3
+        event("poison skipped" if skipped else "poison kept (a valid value there)")
         assert all(s.record == "2" and s.reason.startswith(f"{eps}:2: ") and "\n" not in s.reason for s in skipped)
         try:
             strict = build_awm_dataset([eps])
