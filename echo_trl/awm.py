@@ -99,6 +99,11 @@ def parse_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
 
 
+def _collect_metadata(path: Path) -> bool:
+    """``openenv collect``'s run metadata (beside its ``results.jsonl``): not an episode."""
+    return path.name == "metadata.json" and (path.parent / "results.jsonl").is_file()
+
+
 def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
     """Expand files and directories into a sorted, de-duplicated list of episode files."""
     files: list[Path] = []
@@ -106,7 +111,7 @@ def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             files.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in EPISODE_SUFFIXES
-                                and p.name != "skipped.jsonl"))
+                                and p.name != "skipped.jsonl" and not _collect_metadata(p)))
         elif path.is_file():
             files.append(path)
         else:
@@ -376,10 +381,10 @@ def awm_episode_to_trajectory(
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     if verify_turn not in (None, *VERIFY_TURNS):
         raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
-    if isinstance(episode, dict) and "messages" in episode and not {"steps", "trajectory"} & episode.keys():
-        from .conversations import conversation_to_trajectory
+    from .conversations import conversation_to_trajectory, is_conversation
 
-        return conversation_to_trajectory(episode, source=source, record=record)
+    if is_conversation(episode):
+        return conversation_to_trajectory(episode, source=source, record_id=record)
     try:
         return _convert(episode, system_prompt, compact_tools, format, verify_turn or default_verify_turn(format))
     except EpisodeError as exc:

@@ -206,3 +206,33 @@ def test_awm_agent_rows_render_without_tool_schemas_and_roles_follow():
     assert _read("list_tools.library_1.txt")[:200] in env and "Error: 422" in env
     action = tok.decode([i for i, m in zip(rt.input_ids, rt.action_mask, strict=True) if m])
     assert "mcp_tool_search_catalog" in action and "Done." in action and "Available MCP Tools" not in action
+
+
+def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_path, awm1k_samples):
+    """Acceptance, as an AWM user: capture on the AWM-1K sample, build --format awm-agent, compare bytes."""
+    from echo_trl.cli import main as cli
+    from echo_trl.dataset import load_echo_dataset
+
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"task_idx": 0, "calls": [
+        {"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
+        {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": "one"}}],
+        "final_answer": "Subscribed."}) + "\n")
+    assert cli(["capture", "--data", str(awm1k_samples), "--scenario", "content_platform_1", "--task-idx", "0",
+                "--policy", f"replay:{replay}", "--output", str(tmp_path / "eps")]) == 0
+    assert cli(["build-dataset", str(tmp_path / "eps"), "--output", str(tmp_path / "ds"),
+                "--format", "awm-agent"]) == 0
+    (row,) = load_echo_dataset(tmp_path / "ds").to_list()
+    assert row["format"] == "awm-agent"
+    assert row["prompt"][0]["content"] == _read("system_prompt.txt")
+    assert row["completion"][1]["content"] == _read("list_tools.content_platform_1.txt")  # all 34 tools
+    assert _read("list_tools.content_platform_1.txt").startswith("Available MCP Tools (34 tools):")
+    call = row["completion"][2]["tool_calls"][0]["function"]
+    assert call["name"] == "call_tool" and json.loads(call["arguments"]) == {
+        "tool_name": "mcp_tool_search_channels", "arguments": '{"query": "Kurzgesagt"}'}
+    rec = json.loads((tmp_path / "eps" / "content_platform_1_task0.jsonl").read_text().splitlines()[0])
+    assert row["completion"][3]["content"] == rec["steps"][0]["observation"]["tool_result"]
+    error = rec["steps"][1]["observation"]["error"]  # a wrong-type argument: the server's validation error
+    assert "integer" in error and row["completion"][5]["content"] == "Error: " + error
+    assert all(m["name"] != "verify" for m in row["completion"])  # verifier omitted by default
+    assert [json.loads(t)["function"]["name"] for t in row["tools"]] == ["list_tools", "call_tool"]
