@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any
 
-from .awm import parse_json, serialize_output, tool_schema
+# The field checks awm.py's readers use, so both kinds of record fail with the same wording.
+from .awm import _arguments, _expect, _finite, serialize_output, tool_schema
 from .errors import EpisodeError
 from .roles import Message, Trajectory, tool_call
 
@@ -51,19 +51,6 @@ def _content(value: Any, field: str) -> str:
             texts.append(part["text"])
         return "".join(texts)
     raise _fail(f"expected a string or a list of text parts, got {type(value).__name__}", field)
-
-
-def _arguments(value: Any, field: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = parse_json(value) if value.strip() else {}
-        except (ValueError, RecursionError) as exc:
-            raise _fail(f"arguments string is not valid JSON ({exc})", field) from None
-    if not isinstance(value, dict):
-        raise _fail(f"expected an object of tool arguments, got {type(value).__name__}", field)
-    return value
 
 
 def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
@@ -107,43 +94,30 @@ def _provenance(record: dict[str, Any]) -> tuple[str, int | None]:
     return "", None
 
 
-def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(f"expected a number, got {type(value).__name__ if value is not None else 'null'}", field)
-    if not math.isfinite(value):
-        raise _fail(f"expected a finite number, got {value}", field)
-    return float(value)
-
-
 def _convert(record: Any) -> Trajectory:
     if not isinstance(record, dict):
         raise _fail("expected a conversation object", "")
     if "reward" not in record:
         raise _fail("missing", "reward")
-    reward = _number(record["reward"], "reward")
-    raw = record["messages"]
-    if not isinstance(raw, list):
-        raise _fail("expected a list of messages", "messages")
+    reward = _finite(record["reward"], "reward")
+    raw = _expect(record["messages"], list, "messages", "a list of messages")
     messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
     first = next((i for i, m in enumerate(messages) if m["role"] in ("assistant", "tool")), None)
     if first is None:
         raise _fail("no assistant turn", "messages")
     if not any(m["role"] == "user" for m in messages[:first]):
         raise _fail("no user message before the first assistant turn", "messages")
-    tools = record.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise _fail("expected a list of tools", "tools")
+    tools = _expect(record.get("tools") or [], list, "tools", "a list of tools")
     logprobs = record.get("behavior_logprobs")
     if logprobs is not None:
-        if not isinstance(logprobs, list):
-            raise _fail("expected a list of numbers", "behavior_logprobs")
-        logprobs = [_number(v, f"behavior_logprobs[{i}]") for i, v in enumerate(logprobs)]
+        logprobs = [_finite(v, f"behavior_logprobs[{i}]")
+                    for i, v in enumerate(_expect(logprobs, list, "behavior_logprobs", "a list of numbers"))]
     scenario, task_idx = _provenance(record)
     prompt = messages[:first]
     group = (f"{scenario}/{task_idx if task_idx is not None else -1}" if scenario else "prompt:" +
              hashlib.sha1(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:12])
     return Trajectory(prompt=prompt, completion=messages[first:],
-                      tools=[tool_schema(t, f"tools[{i}]") for i, t in enumerate(tools or [])],
+                      tools=[tool_schema(t, f"tools[{i}]") for i, t in enumerate(tools)],
                       reward=reward, scenario=scenario, task_idx=task_idx if task_idx is not None else -1,
                       group_id=group, behavior_logprobs=logprobs)
 

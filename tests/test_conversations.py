@@ -79,14 +79,14 @@ def test_content_parts_tools_and_structured_tool_output():
 
 @pytest.mark.parametrize("patch, error", [
     (lambda r: r.pop("reward"), r"reward: missing"),
-    (lambda r: r.update(reward="1"), r"reward: expected a number, got str"),
+    (lambda r: r.update(reward="1"), r"reward: expected a number, got a string"),
     (lambda r: r.update(reward=float("nan")), r"reward: expected a finite number"),
     (lambda r: r.update(messages={}), r"messages: expected a list of messages"),
     (lambda r: r["messages"][1].update(role="robot"), r"messages\[1\].role: unknown role 'robot'"),
     (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="{oops"),
      r"messages\[2\].tool_calls\[0\].function.arguments: arguments string is not valid JSON"),
     (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="[1]"),
-     r"messages\[2\].tool_calls\[0\].function.arguments: expected an object of tool arguments, got list"),
+     r"messages\[2\].tool_calls\[0\].function.arguments: expected an object of tool arguments, got a list"),
     (lambda r: r["messages"][2]["tool_calls"][0].update(function=None), r"messages\[2\].tool_calls\[0\]: expected \{function"),
     (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(name=""), r"messages\[2\].tool_calls\[0\].function.name: expected a non-empty"),
     (lambda r: r["messages"][3].update(content=[{"type": "image"}]), r"messages\[3\].content\[0\]: expected a text"),
