@@ -436,7 +436,8 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
             task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
             steps=steps, reward=reward, scenario=scenario, task_idx=task_idx, final_answer=final_answer,
             verify_turn=verify_turn, behavior_logprobs=logprobs,
-            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT else system_prompt)
+            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT
+            else system_prompt and system_prompt.replace("{scenario}", scenario))
     if verify_turn == "omit":
         turns = [t for t in turns if not t.verify]
 

@@ -409,29 +409,29 @@ def to_awm_agent_trajectory(
     failed), then the final answer when one was recorded. Every reply is a ``tool`` message
     (``env_output``); every assistant turn is ``action``. The verifier step is left out with
     ``verify_turn="omit"`` (the official agent never shows it to the policy, and its
-    ``raw_result`` can reveal the answer); with ``"env_output"`` its output is a last ``tool``
-    message after the final answer. ``tools`` of the trajectory: the two meta-tools only.
+    ``raw_result`` can reveal the answer); with ``"env_output"`` its output is a ``tool`` message
+    right after the final answer. ``tools`` of the trajectory: the two meta-tools only.
     """
     prompt: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     prompt.append({"role": "user", "content": task})
     completion: list[Message] = [list_tools_message(),
                                  {"role": "tool", "name": LIST_TOOLS, "content": list_tools_reply(tools)}]
     warnings: list[list[str]] = [[], []]
-    verifier: list[RecordedStep] = []
+    answer = [] if final_answer is None else [{"role": "assistant", "content": final_answer}]
     for step in steps:
-        if step.verify:
-            verifier.append(step)
+        if step.verify:  # the answer goes where the agent gave it: to the verifier
+            completion += answer
+            warnings += [[] for _ in answer]
+            answer = []
+            if verify_turn == "env_output":
+                completion.append({"role": "tool", "name": "verify", "content": step.output})
+                warnings.append(list(step.warnings))
             continue
         completion.append(call_tool_message(step.tool_name, step.arguments))
         completion.append({"role": "tool", "name": CALL_TOOL,
                            "content": error_text(step.output) if step.error else step.output})
         warnings += [[], list(step.warnings)]
-    if final_answer is not None:
-        completion.append({"role": "assistant", "content": final_answer})
-        warnings.append([])
-    if verify_turn == "env_output":
-        for step in verifier:
-            completion.append({"role": "tool", "name": "verify", "content": step.output})
-            warnings.append(list(step.warnings))
+    completion += answer
+    warnings += [[] for _ in answer]
     return Trajectory(prompt=prompt, completion=completion, tools=meta_tool_schemas(), warnings=warnings,
                       reward=reward, scenario=scenario, task_idx=task_idx, behavior_logprobs=behavior_logprobs)

@@ -236,3 +236,16 @@ def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_pa
     assert "integer" in error and row["completion"][5]["content"] == "Error: " + error
     assert all(m["name"] != "verify" for m in row["completion"])  # verifier omitted by default
     assert [json.loads(t)["function"]["name"] for t in row["tools"]] == ["list_tools", "call_tool"]
+
+
+def test_custom_system_prompt_and_steps_after_the_verifier():
+    ep = _episode()
+    ep["steps"].append({"action": {"tool_name": "search_catalog", "arguments": {}},
+                        "observation": {"error": "the episode has ended; start a new episode"}})
+    t = awm_episode_to_trajectory(ep, format="awm-agent", system_prompt="Desk of {scenario} {not a field}",
+                                  verify_turn="env_output")
+    assert t.prompt[0]["content"] == "Desk of library_1 {not a field}"  # braces are text
+    roles = [m["role"] for m in t.completion]
+    assert roles[6:] == ["assistant", "tool", "assistant", "tool"]  # answer + verifier where they happened
+    assert t.completion[6]["content"] == "Done." and t.completion[7]["name"] == "verify"
+    assert awm_episode_to_trajectory(ep, format="awm-agent", system_prompt=None).prompt[0]["role"] == "user"
