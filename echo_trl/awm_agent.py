@@ -227,6 +227,7 @@ def parse_tool_calls(content: str) -> list[AgentCall]:
     answer, as in the official loop). A call named ``mcp_tool_X`` becomes ``call_tool`` with
     ``{"tool_name": "mcp_tool_X", "arguments": <its arguments or {}>}``. Where the official
     code would crash on a non-string ``name``, the name is taken as ``""`` (an unknown tool).
+    As there, a literal ``</tool_call>`` inside an argument ends the block early.
     """
     calls = []
     for block in _CALL_BLOCK.findall(content or ""):

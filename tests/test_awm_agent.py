@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from echo_trl import awm_agent as A
 from echo_trl.awm import awm_episode_to_trajectory
@@ -249,3 +251,23 @@ def test_custom_system_prompt_and_steps_after_the_verifier():
     assert roles[6:] == ["assistant", "tool", "assistant", "tool"]  # answer + verifier where they happened
     assert t.completion[6]["content"] == "Done." and t.completion[7]["name"] == "verify"
     assert awm_episode_to_trajectory(ep, format="awm-agent", system_prompt=None).prompt[0]["role"] == "user"
+
+
+_text = st.text().filter(lambda t: "</tool_call>" not in t)  # the official block regex cannot hold it
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | _text,
+                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+                            max_leaves=8)
+
+
+@given(name=st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
+       arguments=st.dictionaries(_text, _json_values, max_size=4))
+def test_any_call_the_format_writes_parses_back(name, arguments):
+    message = A.call_tool_message(name, arguments)
+    call = message["tool_calls"][0]["function"]
+    action = A.next_action(A.tool_call_text(call["name"], call["arguments"]))
+    assert (action.kind, action.tool_name, action.arguments) == ("call_tool", name, arguments)
+
+
+def test_a_closing_tag_inside_arguments_cuts_the_call_as_in_the_official_agent():
+    call = A.call_tool_message("x", {"a": "see </tool_call> here"})["tool_calls"][0]["function"]
+    assert A.next_action(A.tool_call_text(call["name"], call["arguments"])).arguments == {"a": "see"}
