@@ -67,6 +67,8 @@ CALL_INPUTS = [
     "The answer is 42.",
     "",
     "<tool_call>{\"name\": \"list_tools\", \"arguments\": null}",
+    '<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_x", '
+    '"arguments": "{\\"a\\": \\"see </tool_call> here\\"}"}}\n</tool_call>',
 ]
 
 #: Made-up tools covering the listing's corners (written by this script, rendered by the official code).
