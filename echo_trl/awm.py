@@ -381,6 +381,9 @@ def awm_episode_to_trajectory(
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     if verify_turn not in (None, *VERIFY_TURNS):
         raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
+    if compact_tools and format == "awm-agent":
+        raise ValueError("compact_tools applies to the chat-template format (awm-agent lists tools as the "
+                         "official agent does)")
     from .conversations import conversation_to_trajectory, is_conversation
 
     if is_conversation(episode):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from test_awm import openenv_episode
 
 from echo_trl.cli import COMMANDS, main
@@ -83,3 +84,7 @@ def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
 
     bad = run_cli("build-dataset", episodes, "--output", tmp_path / "x", "--format", "openai")
     assert bad.returncode == 2 and "invalid choice: 'openai'" in bad.stderr
+    with pytest.raises(SystemExit) as exit_:
+        main(["build-dataset", str(episodes), "-o", str(tmp_path / "y"), "--format", "awm-agent", "--compact-tools"])
+    assert exit_.value.code == 2 and "--compact-tools applies to --format chat-template" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()

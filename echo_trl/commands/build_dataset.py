@@ -56,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compact_tools and args.format == "awm-agent":
+        parser.error("--compact-tools applies to --format chat-template (awm-agent lists the tools "
+                     "exactly as the official agent does)")
     skipped: list[SkippedRecord] = []
     ds = build_awm_dataset(args.inputs, strict=not args.skip_invalid, system_prompt=args.system_prompt or None,
                            skipped=skipped, compact_tools=args.compact_tools, format=args.format,
