@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import awm_agent
+from .awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
 from .errors import EpisodeError
 from .roles import Trajectory, tool_call
 
@@ -41,16 +43,6 @@ DEFAULT_SYSTEM_PROMPT = (
 AWM_REWARDS = {"complete": 1.0, "incomplete": 0.1, "format_error": -1.0}
 
 EPISODE_SUFFIXES = (".json", ".jsonl")
-
-#: Conversation formats a recorded episode can be rendered in (see ``docs/datasets.md``).
-FORMATS = ("chat-template", "awm-agent")
-#: How the verifier step enters the conversation: as an ``env_output`` message, or not at all.
-VERIFY_TURNS = ("env_output", "omit")
-
-
-def default_verify_turn(format: str) -> str:
-    """``omit`` for the official agent's format (it never shows the verifier), else ``env_output``."""
-    return "omit" if format == "awm-agent" else "env_output"
 
 
 @dataclass(frozen=True)
@@ -432,8 +424,6 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
     final_answer = _final_answer(turns, episode)
     logprobs = _behavior_logprobs(episode.get("behavior_logprobs"))
     if format == "awm-agent":
-        from . import awm_agent
-
         steps = [awm_agent.RecordedStep(t.name, t.arguments, t.output, t.warnings, t.error, t.verify) for t in turns]
         return awm_agent.to_awm_agent_trajectory(
             task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),

@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .awm import tool_schema
 from .errors import EpisodeError
 from .roles import Message, Trajectory, tool_call
 
@@ -40,6 +39,16 @@ CALL_TOOL = "call_tool"
 TOOL_PREFIX = "mcp_tool_"
 #: Prefix of every failed call's reply.
 ERROR_PREFIX = "Error: "
+
+#: Conversation formats a recorded episode can be rendered in (see ``docs/datasets.md``).
+FORMATS = ("chat-template", "awm-agent")
+#: How the verifier step enters the conversation: as an ``env_output`` message, or not at all.
+VERIFY_TURNS = ("env_output", "omit")
+
+
+def default_verify_turn(format: str) -> str:
+    """``omit`` for the official agent's format (it never shows the verifier), else ``env_output``."""
+    return "omit" if format == "awm-agent" else "env_output"
 
 _IN = " " * 8  # the prompt keeps the source indentation of most of its lines (a dedent that did not apply)
 
@@ -377,6 +386,8 @@ def listed_tools(value: Any, field: str = "tools") -> list[dict[str, Any]]:
     given by name only is an :class:`EpisodeError`: without its description and input schema
     the reply cannot be the one the agent saw.
     """
+    from .awm import tool_schema  # awm.py imports this module
+
     if not isinstance(value, list) or not value:
         raise EpisodeError("missing (the awm-agent format lists the MCP tool objects)", field=field)
     tools = []
