@@ -15,11 +15,15 @@ Everything here is a pure function reproducing that format exactly (tests compar
 official package's own output in ``tests/data/awm_official/``); the official package is never
 imported. Call parsing repairs JSON with ``json_repair``, the library the official agent uses.
 
-Stable API (also used by the live environment and ``capture``): :data:`SYSTEM_PROMPT`,
-:func:`meta_tool_schemas`, :func:`list_tools_reply`, :func:`robust_json_loads`,
-:func:`parse_tool_calls`, :func:`parse_call_tool_arguments`, :func:`next_action`,
-:func:`error_text` and friends, :func:`list_tools_message`, :func:`call_tool_message`,
-:func:`tool_call_text`, :func:`to_awm_agent_trajectory`.
+Stable API (also for the live environment and ``capture``): :data:`SYSTEM_PROMPT`,
+:func:`meta_tool_schemas`, :func:`list_tools_reply` (the text of the two meta-tools' turns);
+:func:`parse_tool_calls`, :func:`parse_call_tool_arguments`, :func:`robust_json_loads`,
+:func:`next_action` / :func:`action_for_call` (what to do with an assistant turn, as the
+official loop does); :func:`error_text`, :func:`unknown_tool_text`, :func:`timeout_text`,
+:func:`tool_reply_text` (reply texts); :func:`list_tools_message`, :func:`call_tool_message`,
+:func:`tool_call_text` (messages); :func:`to_awm_agent_trajectory` with :class:`RecordedStep`
+and :func:`listed_tools` (recorded episode -> conversation); :data:`FORMATS`,
+:data:`VERIFY_TURNS`, :func:`default_verify_turn`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ VERIFY_TURNS = ("env_output", "omit")
 def default_verify_turn(format: str) -> str:
     """``omit`` for the official agent's format (it never shows the verifier), else ``env_output``."""
     return "omit" if format == "awm-agent" else "env_output"
+
 
 _IN = " " * 8  # the prompt keeps the source indentation of most of its lines (a dedent that did not apply)
 
