@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import tiny_tokenizer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,7 +19,6 @@ from echo_trl.awm import awm_episode_to_trajectory
 from echo_trl.dataset import row_to_trajectory, trajectory_to_row
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
-from tests.conftest import tiny_tokenizer
 
 OFFICIAL = Path(__file__).parent / "data" / "awm_official"
 
