@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import awm_agent
+from .awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
 from .episode_files import (  # noqa: F401  (re-exported: the reading layer's public names)
     EPISODE_SUFFIXES,
     EpisodeRecord,
@@ -266,6 +268,8 @@ class _Turn:
     arguments: dict[str, Any]
     output: str
     warnings: list[str]
+    error: bool = False  # the call failed (the output is the error text)
+    verify: bool = False  # the verifier step, not a scenario tool call
 
 
 def _openenv_turns(steps: Any) -> list[_Turn]:
@@ -284,7 +288,9 @@ def _openenv_turns(steps: Any) -> list[_Turn]:
                  if observation.get(k) is not None]
         if not parts:
             raise EpisodeError("expected one of tool_result, error, verify_result", field=f"{here}.observation")
-        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning")))
+        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning"),
+                           error=observation.get("error") is not None and observation.get("tool_result") is None,
+                           verify=name == "verify" and observation.get("verify_result") is not None))
     return turns
 
 
@@ -311,9 +317,11 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         name = entry.get("tool_name") or ("verify" if kind == "verify" else None)
         _expect(name, str, f"{here}.tool_name", "a string")
         args = _arguments(entry.get("arguments"), f"{here}.arguments")
+        failed = kind != "verify" and (
+            entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None))
         if kind == "verify":
             key = "verify_result" if "verify_result" in entry else "result"
-        elif entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None):
+        elif failed:
             key = "error"
         else:
             key = "result"
@@ -321,7 +329,7 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         if value is None:
             raise EpisodeError("missing observation", field=f"{here}.{'verify_result' if kind == 'verify' else key}")
         turns.append(_Turn(name, args, _output_text(value, f"{here}.{key}"),
-                           _warnings(entry.get("warning"), f"{here}.warning")))
+                           _warnings(entry.get("warning"), f"{here}.warning"), error=failed, verify=kind == "verify"))
     return turns, tools, reward
 
 
@@ -332,6 +340,8 @@ def awm_episode_to_trajectory(
     record: str | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> Trajectory:
     """Map one recorded AWM episode (either shape) onto a role-tagged :class:`Trajectory`.
 
@@ -341,10 +351,26 @@ def awm_episode_to_trajectory(
     ``Trajectory.warnings``, never into the tool message text. ``compact_tools`` drops the
     response documentation from tool descriptions (:func:`compact_tool_schema`). Raises
     :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
+
+    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.awm_agent`).
+    ``verify_turn`` (``env_output`` | ``omit``, default per format) keeps or drops the verifier
+    step (dropped: a recorded final answer ends the chat). A record with ``messages`` (a
+    conversation log) is read as recorded by :mod:`echo_trl.conversations`.
     """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+    if verify_turn not in (None, *VERIFY_TURNS):
+        raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
+    if compact_tools and format == "awm-agent":
+        raise ValueError("compact_tools applies to the chat-template format (awm-agent lists tools as the "
+                         "official agent does)")
+    from .conversations import conversation_to_trajectory, is_conversation
+
     try:
         check_text(episode)
-        return _convert(episode, system_prompt, compact_tools)
+        if is_conversation(episode):
+            return conversation_to_trajectory(episode, source=source, record_id=record)
+        return _convert(episode, system_prompt, compact_tools, format, verify_turn or default_verify_turn(format))
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
     except (RecursionError, OverflowError, TypeError, ValueError) as exc:
@@ -352,7 +378,15 @@ def awm_episode_to_trajectory(
         raise EpisodeError(f"cannot convert ({type(exc).__name__}: {exc})", source=source, record=record) from None
 
 
-def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False) -> Trajectory:
+def _final_answer(turns: list[_Turn], episode: dict[str, Any]) -> str | None:
+    """The agent's answer: given to the verifier (``final_answer``) or recorded beside the steps."""
+    answer = next((t.arguments["final_answer"] for t in turns
+                   if t.verify and isinstance(t.arguments.get("final_answer"), str)), episode.get("final_answer"))
+    return None if answer is None else _expect(answer, str, "final_answer", "a string")
+
+
+def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False,
+             format: str = "chat-template", verify_turn: str = "env_output") -> Trajectory:
     _expect(episode, dict, "", "an episode object")
     scenario = _expect(_required(episode, "scenario", ""), str, "scenario", "a string")
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
@@ -360,7 +394,7 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         raise EpisodeError("expected a non-empty task", field="task")
     task_idx = _int64(_required(episode, "task_idx", ""), "task_idx")
 
-    reward = None
+    reward, listed = None, None
     if "trajectory" in episode:
         turns, listed, reward = _session_turns(episode["trajectory"])
         tools = _tools(episode.get("tools") if episode.get("tools") is not None else listed, compact=compact_tools)
@@ -379,6 +413,18 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         if reward_type not in AWM_REWARDS:
             raise EpisodeError("missing (and no reward_type to derive it from)", field="reward")
         reward = AWM_REWARDS[reward_type]
+    final_answer = _final_answer(turns, episode)
+    logprobs = _behavior_logprobs(episode.get("behavior_logprobs"))
+    if format == "awm-agent":
+        steps = [awm_agent.RecordedStep(t.name, t.arguments, t.output, t.warnings, t.error, t.verify) for t in turns]
+        return awm_agent.to_awm_agent_trajectory(
+            task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
+            steps=steps, reward=reward, scenario=scenario, task_idx=task_idx, final_answer=final_answer,
+            verify_turn=verify_turn, behavior_logprobs=logprobs,
+            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT
+            else system_prompt and system_prompt.replace("{scenario}", scenario))
+    if verify_turn == "omit":
+        turns = [t for t in turns if not t.verify]
 
     prompt = []
     if system_prompt:
@@ -390,9 +436,12 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         warnings.append([])
         completion.append({"role": "tool", "name": turn.name, "content": turn.output})
         warnings.append(turn.warnings)
+    if verify_turn == "omit" and final_answer is not None:
+        completion.append({"role": "assistant", "content": final_answer})
+        warnings.append([])
     return Trajectory(
         prompt=prompt, completion=completion, tools=tools, warnings=warnings, reward=reward,
-        scenario=scenario, task_idx=task_idx, behavior_logprobs=_behavior_logprobs(episode.get("behavior_logprobs")),
+        scenario=scenario, task_idx=task_idx, behavior_logprobs=logprobs,
     )
 
 
@@ -404,6 +453,8 @@ def load_awm_episodes(
     compact_tools: bool = False,
     show_progress: bool | None = False,
     check: Callable[[Trajectory], None] | None = None,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
@@ -412,6 +463,7 @@ def load_awm_episodes(
     ``check`` runs on each converted trajectory inside its record's error handling (the dataset
     builder passes its Arrow encoder), so an :class:`EpisodeError` it raises names this record.
     Input that yields no episode at all is an error in both modes.
+    ``format`` and ``verify_turn``: see :func:`awm_episode_to_trajectory`.
     """
     from .progress import progress
 
@@ -429,7 +481,7 @@ def load_awm_episodes(
                 raise rec.error
             trajectory = awm_episode_to_trajectory(
                 rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools)
+                compact_tools=compact_tools, format=format, verify_turn=verify_turn)
             if check is not None:
                 check(trajectory)
             trajectories.append(trajectory)

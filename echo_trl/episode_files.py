@@ -65,7 +65,13 @@ def parse_json(text: str) -> Any:
 
 def is_episode_file(path: Path) -> bool:
     """An episode file by its suffix, in any case (``.JSON`` from some exporters), never our own report."""
-    return path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl"
+    return (path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl"
+            and not _collect_metadata(path))
+
+
+def _collect_metadata(path: Path) -> bool:
+    """``openenv collect``'s run metadata (beside its ``results.jsonl``): not an episode."""
+    return path.name == "metadata.json" and (path.parent / "results.jsonl").is_file()
 
 
 def _walk_input(path: Path) -> tuple[list[Path], list[EpisodeError]]:
