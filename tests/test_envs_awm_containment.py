@@ -202,6 +202,18 @@ def _marker_processes(marker: str) -> list[int]:
     return found
 
 
+def _our_runtime_dirs() -> list[Path]:
+    """Runtime dirs this process owns (other test sessions on the host make their own)."""
+    mine = []
+    for d in Path(tempfile.gettempdir()).glob("echo_trl_awm_*"):
+        try:
+            if (d / "owner.pid").read_text() == str(os.getpid()):
+                mine.append(d)
+        except OSError:
+            pass
+    return mine
+
+
 @pytest.fixture(scope="module")
 def attack(tmp_path_factory):
     """Run every probe (one episode each) plus the verifier probe through ``echo-trl capture``."""
@@ -221,7 +233,6 @@ def attack(tmp_path_factory):
     replay.write_text("".join(json.dumps(s) + "\n" for s in scripts))
     core_pattern = Path("/proc/sys/kernel/core_pattern").read_text()
     before = descendant_pids()
-    dirs_before = set(Path(tempfile.gettempdir()).glob("echo_trl_awm_library_1_*"))
     out = tmp / "out"
     t0 = time.perf_counter()
     rc = capture.main(["--data", str(data), "--scenario", "library_1", "--policy", f"replay:{replay}",
@@ -234,7 +245,7 @@ def attack(tmp_path_factory):
     yield {"rc": rc, "episodes": episodes, "log": (out / "capture_log.txt").read_text(), "marker": marker,
            "secret": secret.read_text(), "listener": listener, "conf": conf, "core_pattern": core_pattern,
            "leftover_pids": descendant_pids() - before, "marker_pids": _marker_processes(marker),
-           "new_dirs": set(Path(tempfile.gettempdir()).glob("echo_trl_awm_library_1_*")) - dirs_before,
+           "our_dirs": _our_runtime_dirs(),
            "seconds": seconds, "raw": "\n".join(f.read_text() for f in out.glob("*.jsonl"))}
 
 
@@ -312,5 +323,5 @@ def test_nothing_left_running_or_on_disk(attack):
     assert "daemon started" in _probe(attack, "daemon")["error"]
     assert attack["leftover_pids"] == set()
     assert attack["marker_pids"] == []  # the double-forked, setsid daemon died with its sandbox
-    assert attack["new_dirs"] == set()
+    assert attack["our_dirs"] == []
 

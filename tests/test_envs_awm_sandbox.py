@@ -176,3 +176,37 @@ def test_uncontained_run_still_gets_a_clean_environment(tmp_path, monkeypatch):
     """, sandbox.UNSAFE)
     assert "HF_TOKEN" not in out["env"] and out["core"] == [0, 0]
     assert sandbox.UNSAFE.applied()[0].startswith("NONE")
+
+
+@needs_bwrap
+def test_session_memory_cap_covers_all_processes_together(tmp_path):
+    """Three processes of 120 MB each: fine per process (AS 1 GB), over a 256 MB session cap."""
+    if not CONTAINMENT.session.version:
+        pytest.skip(f"no cgroup for session caps here: {CONTAINMENT.session.reason}")
+    limits = sandbox.Limits(address_space=1 << 30, session_memory=256 << 20, processes=64)
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    code = textwrap.dedent("""
+        import json, os, time
+        kids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                blob = b"\\x01" * (120 << 20)
+                time.sleep(2)
+                os._exit(0)
+            kids.append(pid)
+        json.dump([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], open("out.json", "w"))
+    """)
+    proc = sandbox.spawn([sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits,
+                         containment=CONTAINMENT)
+    groups = list(proc.cgroups)
+    assert groups and all((g / "cgroup.procs").exists() for g in groups)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        sandbox.kill_tree(proc)
+    codes = json.loads((work / "out.json").read_text())
+    assert -9 in codes and 0 in codes, codes  # the OOM killer took one, within the sandbox's cgroup
+    assert not any(g.exists() for g in groups)  # removed with the sandbox

