@@ -39,6 +39,7 @@ import signal
 import site
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -188,7 +189,7 @@ def _detect() -> Containment:
 
 def _probe(cand: Containment) -> str | None:
     """Run a Python import under ``cand``; None if it worked, else the last line it printed."""
-    probe = Path(__import__("tempfile").mkdtemp(prefix="echo_trl_probe_"))
+    probe = Path(tempfile.mkdtemp(prefix="echo_trl_probe_"))
     try:
         os.chmod(probe, 0o755)
         proc = spawn([sys.executable, "-I", "-c", "import sqlite3, json"], cwd=str(probe), writable=[str(probe)],
@@ -305,7 +306,7 @@ _live: dict[int, subprocess.Popen] = {}
 _live_lock = threading.Lock()
 
 
-def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str] = (), env: dict[str, str] | None = None,
+def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
           limits: Limits = SERVER_LIMITS, containment: Containment | None = None,
           stdout=subprocess.DEVNULL) -> subprocess.Popen:
     """Start ``argv`` contained, in its own process group, registered for cleanup.
