@@ -1,4 +1,4 @@
-"""Containment actually applied to generated code (whatever this host allows), and reported."""
+"""The bwrap sandbox itself: what generated code sees, refusal without containment, cleanup."""
 
 from __future__ import annotations
 
@@ -14,17 +14,25 @@ from pathlib import Path
 
 import pytest
 
+from echo_trl.cli import main as cli_main
 from echo_trl.envs.awm import sandbox
+from echo_trl.envs.awm.episode import AWMRuntime
+from echo_trl.envs.awm.scenario import ScenarioSource
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+CONTAINMENT = sandbox.detect_containment()
+needs_bwrap = pytest.mark.skipif(not CONTAINMENT.contained,
+                                 reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
 
 
-def _run_contained(tmp_path, code: str, **env) -> dict:
+def _run(tmp_path, code: str, containment: sandbox.Containment, **env) -> dict:
     work = tmp_path / "work"
     work.mkdir()
     os.chmod(tmp_path, 0o755)
     log = tmp_path / "log.txt"
     with open(log, "wb") as fh:
         proc = sandbox.spawn([sys.executable, "-I", "-c", textwrap.dedent(code)], cwd=str(work), writable=[str(work)],
-                             env=env, stdout=fh)
+                             env=env, stdout=fh, containment=containment)
     try:
         proc.wait(timeout=60)
     finally:
@@ -33,79 +41,172 @@ def _run_contained(tmp_path, code: str, **env) -> dict:
     return json.loads((work / "out.json").read_text())
 
 
-def test_detection_reports_what_is_applied():
-    c = sandbox.detect_containment()
-    applied = c.applied()
-    assert "rlimits (AS, FSIZE, NOFILE, CORE; CPU for verifiers)" in applied and "scrubbed environment" in applied
-    assert isinstance(c.to_json()["notes"], list)
-
-
-def test_generated_code_is_contained(tmp_path, monkeypatch):
+@needs_bwrap
+def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_should_not_leak")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     port = listener.getsockname()[1]
-    c = sandbox.detect_containment()
-    out = _run_contained(tmp_path, f"""
+    out = _run(tmp_path, f"""
         import json, os, resource, socket
-        res = {{"env": sorted(os.environ), "uid": os.getuid()}}
+        res = {{"env": sorted(os.environ), "uid": os.getuid(), "gid": os.getgid(), "root": sorted(os.listdir("/")),
+                "tmp": os.listdir("/tmp"), "pids": [p for p in os.listdir("/proc") if p.isdigit()],
+                "status": open("/proc/self/status").read(),
+                "limits": {{k: resource.getrlimit(getattr(resource, k)) for k in
+                           ("RLIMIT_CORE", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CPU")}}}}
         s = socket.socket(); s.settimeout(2)
         try:
             s.connect(("127.0.0.1", {port})); res["net"] = "connected"
-        except OSError as e:
+        except OSError:
             res["net"] = "blocked"
-        try:
-            open({str(tmp_path / "outside.txt")!r}, "w").write("x"); res["fs"] = "written"
-        except OSError:
-            res["fs"] = "blocked"
-        try:
-            os.kill(1 if os.getpid() != 1 else {os.getppid()}, 0); res["see_host_pid"] = True
-        except OSError:
-            res["see_host_pid"] = False
-        res["core"] = resource.getrlimit(resource.RLIMIT_CORE)
+        for name, path in (("outside", {str(tmp_path / "outside.txt")!r}), ("usr", "/usr/x"), ("tmp", "/tmp/x")):
+            try:
+                open(path, "w").write("x"); res[name] = "written"
+            except OSError as e:
+                res[name] = type(e).__name__
         json.dump(res, open("out.json", "w"))
-    """)
+    """, CONTAINMENT)
     listener.close()
     assert "HF_TOKEN" not in out["env"] and "PATH" in out["env"]
-    assert out["core"] == [0, 0]
-    if c.net_namespace:
-        assert out["net"] == "blocked"
-    if c.readonly_fs:
-        assert out["fs"] == "blocked" and not (tmp_path / "outside.txt").exists()
-    if c.uid is not None:
-        assert out["uid"] == c.uid
+    assert out["uid"] == out["gid"] == sandbox.SANDBOX_UID
+    assert "CapEff:\t0000000000000000" in out["status"] and "NoNewPrivs:\t1" in out["status"]
+    assert out["net"] == "blocked"
+    # the episode dir's parent exists in there only as an empty dir on the private /tmp: never the host's
+    assert not (tmp_path / "outside.txt").exists()
+    assert out["usr"] in ("OSError", "PermissionError") and out["tmp"] == "written"  # private /tmp
+    allowed = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr",
+               *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, str(tmp_path)))}
+    assert set(out["root"]) <= allowed and "home" not in out["root"] and "run" not in out["root"]
+    assert len(out["pids"]) < 5  # its own pid namespace
+    limits = sandbox.SERVER_LIMITS
+    assert out["limits"]["RLIMIT_CORE"] == [0, 0]
+    assert out["limits"]["RLIMIT_AS"][0] == limits.address_space and out["limits"]["RLIMIT_NPROC"][0] == limits.processes
+    assert out["limits"]["RLIMIT_FSIZE"][0] == limits.file_size and out["limits"]["RLIMIT_CPU"][0] == limits.cpu_seconds
 
 
-@pytest.mark.parametrize("layers", ["detected", "none"])
-def test_kill_tree_reaps_the_whole_group(tmp_path, layers):
-    # "none" is the path hosts without user namespaces take: no PID namespace to die with the
-    # leader, so the grandchild outlives it unless kill_tree gets the whole group.
-    containment = sandbox.detect_containment() if layers == "detected" else sandbox.Containment()
+@needs_bwrap
+def test_command_binds_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
+    work = str(tmp_path)
+    cmd = sandbox.build_command(["true"], cwd=work, writable=[work], readonly=[], env={}, limits=sandbox.SERVER_LIMITS,
+                                containment=CONTAINMENT)
+    inner = cmd[cmd.index("--unshare-user"):]
+    sources = {inner[i + 1] for i, a in enumerate(inner) if a in ("--bind", "--ro-bind", "--dev-bind")}
+    assert work in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
+    assert not any(s.startswith(("/home", "/run", "/var")) for s in sources)
+    assert {"--unshare-pid", "--unshare-net", "--die-with-parent", "--clearenv", "--disable-userns"} <= set(inner)
+
+
+def test_limits_become_prlimit_arguments():
+    args = sandbox.Limits(address_space=1 << 30, cpu_seconds=5, file_size=None, open_files=8, processes=4).prlimit_args()
+    assert args == ["--core=0", f"--as={1 << 30}", "--cpu=5", "--nofile=8", "--nproc=4"]
+
+
+def test_missing_bwrap_is_refused_with_one_clear_error(monkeypatch, tmp_path):
+    missing = tmp_path / "no-such-bwrap"
+    monkeypatch.setenv(sandbox.BWRAP_ENV, str(missing))
+    monkeypatch.setattr(sandbox, "_detected", None)
+    try:
+        with pytest.raises(sandbox.ContainmentUnavailable) as err:
+            sandbox.require_containment()
+        msg = str(err.value)
+        assert str(missing) in msg and "--unsafe-no-sandbox" in msg and "\n" not in msg
+        with pytest.raises(sandbox.ContainmentUnavailable):
+            AWMRuntime(ScenarioSource.from_dir(DATA).load("library_1"))
+        assert sandbox.require_containment(unsafe_no_sandbox=True) is sandbox.UNSAFE
+    finally:
+        monkeypatch.undo()
+        sandbox.detect_containment(refresh=True)
+
+
+def test_capture_refuses_without_containment_and_runs_with_explicit_unsafe(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(sandbox.BWRAP_ENV, str(tmp_path / "no-such-bwrap"))
+    monkeypatch.setattr(sandbox, "_detected", None)
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"task_idx": 0, "scenario": "library_1", "verify": False, "calls": [
+        {"tool_name": "get_member", "arguments": {"member_id": 1}}]}) + "\n")
+    base = ["capture", "--data", str(DATA), "--scenario", "library_1", "--policy", f"replay:{replay}"]
+    try:
+        assert cli_main([*base, "--output", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "refusing to run generated AWM code uncontained" in err[0]
+        assert "no-such-bwrap" in err[0] and not (tmp_path / "refused" / "library_1_task0.jsonl").exists()
+        assert cli_main([*base, "--output", str(tmp_path / "unsafe"), "--unsafe-no-sandbox"]) == 0
+    finally:
+        monkeypatch.undo()
+        sandbox.detect_containment(refresh=True)
+    log = (tmp_path / "unsafe" / "capture_log.txt").read_text()
+    assert "unsafe-no-sandbox: yes" in log and "containment: NONE" in log
+    record = json.loads((tmp_path / "unsafe" / "library_1_task0.jsonl").read_text())
+    assert record["metadata"]["containment"][0].startswith("NONE")
+    assert record["steps"][0]["observation"]["reward_type"] == "tool_call_ok"
+
+
+@pytest.mark.parametrize("layers", ["contained", "unsafe"])
+def test_kill_tree_reaps_everything(tmp_path, layers):
+    if layers == "contained" and not CONTAINMENT.contained:
+        pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+    containment = CONTAINMENT if layers == "contained" else sandbox.UNSAFE
     work = tmp_path / "w"
     work.mkdir()
     os.chmod(tmp_path, 0o755)
     proc = sandbox.spawn([sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); "
                           "time.sleep(300)"], cwd=str(work), writable=[str(work)], containment=containment)
     deadline = time.monotonic() + 10
-    while len(sandbox.group_members(proc.pid)) < 2 and time.monotonic() < deadline:
+    sleeping = []
+    while not sleeping and time.monotonic() < deadline:
         time.sleep(0.05)  # wait for the grandchild, so there is one to kill
-    assert len(sandbox.group_members(proc.pid)) >= 2
-    assert proc.pid in sandbox.live_children()
+        out = subprocess.run(["pgrep", "-x", "sleep", "-g", str(proc.pid)], capture_output=True, text=True)
+        sleeping = out.stdout.split()
+    assert sleeping and proc.pid in sandbox.live_children()
     sandbox.kill_tree(proc)
     assert proc.poll() is not None and proc.pid not in sandbox.live_children()
-    # Independent check: whatever pgrep still lists in the group must be a zombie (dead, left
-    # for init to reap; a container's init may be slow to), never a running process.
-    out = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
-    for pid in out.stdout.split():
+    for pid in sleeping:  # independent check: the grandchild is gone or a zombie
         with contextlib.suppress(FileNotFoundError):
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            assert state in ("Z", "X"), f"pid {pid} in the killed group is still running ({state})"
+            assert state in ("Z", "X"), f"pid {pid} is still running ({state})"
     assert sandbox.group_members(proc.pid) == []
 
 
-@pytest.mark.parametrize("value", ["none"])
-def test_sandbox_can_be_switched_off(monkeypatch, value):
-    monkeypatch.setenv("ECHO_TRL_SANDBOX", value)
-    c = sandbox._detect()
-    assert not c.unshare and c.uid is None and not c.readonly_fs and c.notes
+def test_uncontained_run_still_gets_a_clean_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_should_not_leak")
+    out = _run(tmp_path, """
+        import json, os, resource
+        json.dump({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}, open("out.json", "w"))
+    """, sandbox.UNSAFE)
+    assert "HF_TOKEN" not in out["env"] and out["core"] == [0, 0]
+    assert sandbox.UNSAFE.applied()[0].startswith("NONE")
+
+
+@needs_bwrap
+def test_session_memory_cap_covers_all_processes_together(tmp_path):
+    """Three processes of 120 MB each: fine per process (AS 1 GB), over a 256 MB session cap."""
+    if not CONTAINMENT.session.version:
+        pytest.skip(f"no cgroup for session caps here: {CONTAINMENT.session.reason}")
+    limits = sandbox.Limits(address_space=1 << 30, session_memory=256 << 20, processes=64)
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    code = textwrap.dedent("""
+        import json, os, time
+        kids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                blob = b"\\x01" * (120 << 20)
+                time.sleep(2)
+                os._exit(0)
+            kids.append(pid)
+        json.dump([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], open("out.json", "w"))
+    """)
+    proc = sandbox.spawn([sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits,
+                         containment=CONTAINMENT)
+    groups = list(proc.cgroups)
+    assert groups and all((g / "cgroup.procs").exists() for g in groups)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        sandbox.kill_tree(proc)
+    codes = json.loads((work / "out.json").read_text())
+    assert -9 in codes and 0 in codes, codes  # the OOM killer took one, within the sandbox's cgroup
+    assert not any(g.exists() for g in groups)  # removed with the sandbox

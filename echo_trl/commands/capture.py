@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only code verifiers (SQL mode needs an LLM judge; use the Python API with judge=...)")
     p.add_argument("--tool-timeout", type=float, default=30.0, help="seconds per tool call (default 30)")
     p.add_argument("--verifier-timeout", type=float, default=30.0, help="seconds per verifier run (default 30)")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run the generated server and verifier code WITHOUT the bubblewrap sandbox (recorded in "
+                   "the capture log); by default capture refuses where the sandbox cannot be had")
     p.add_argument("--continue-after-format-error", action="store_true",
                    help="do not end an episode at an unknown tool / invalid arguments (default: end, reward -1)")
     return p
@@ -106,7 +109,8 @@ def main(argv: list[str]) -> int:
     jobs = [(k, i) for k in tasks for i in range(args.episodes)]
     with AWMRuntime(scenario, tool_timeout=args.tool_timeout, verifier_timeout=args.verifier_timeout,
                     verifier_mode=args.verifier_mode,
-                    format_error_ends_episode=not args.continue_after_format_error) as runtime:
+                    format_error_ends_episode=not args.continue_after_format_error,
+                    unsafe_no_sandbox=args.unsafe_no_sandbox) as runtime:
         t_ready = time.perf_counter()
         with contextlib.ExitStack() as stack:
             files = {k: stack.enter_context(open(out / f"{scenario.name}_task{k}.jsonl", "a", encoding="utf-8"))
@@ -135,6 +139,7 @@ def main(argv: list[str]) -> int:
         "rewards per task: " + json.dumps({str(k): v for k, v in rewards.items()}),
         f"containment: {'; '.join(containment.applied())}",
         f"containment notes: {'; '.join(containment.notes) or '-'}",
+        f"unsafe-no-sandbox: {'yes (generated code ran uncontained)' if args.unsafe_no_sandbox else 'no'}",
         f"timings (s): total {elapsed:.2f}, episodes {loop:.2f} ({len(jobs) / loop:.2f} episodes/s), "
         + ", ".join(f"{k} {v:.3f}" for k, v in sorted(timings.items())),
     ]

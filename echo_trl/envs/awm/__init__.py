@@ -4,7 +4,8 @@ One module per job::
 
     scenario.py     gen_*.jsonl (directory or Hub cache) -> Scenario; ScenarioError names the field
     database.py     schema + samples -> SQLite; snapshot / restore with the backup API
-    sandbox.py      containment for generated code (detect, apply, report) + process cleanup
+    sandbox.py      bubblewrap containment for generated code (detect, apply, refuse) + process cleanup
+    cgroups.py      per-sandbox memory + process caps through a cgroup, where the host allows one
     server.py       the generated FastAPI app + fastapi-mcp on a Unix socket, in the sandbox
     mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)
     verifier.py     code verifiers in a short-lived sandboxed process -> reward

@@ -174,14 +174,17 @@ _lock = threading.Lock()
 def awm_environment_factory(source: ScenarioSource | Scenario, scenario: str | None = None, *,
                             task_idx: int | None = None, format_error_penalty: bool = True,
                             rewards: RewardConfig | None = None, tool_timeout: float = 30.0,
-                            verifier_timeout: float = 30.0) -> Callable[[], AWMEnvironment]:
+                            verifier_timeout: float = 30.0, unsafe_no_sandbox: bool = False
+                            ) -> Callable[[], AWMEnvironment]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``.
 
     Starts one runtime now (to list the tools and build the class); the first instance reuses
     it, later instances start their own. ``close_environments()`` (or interpreter exit) stops all.
+    Generated code runs in the bwrap sandbox; ``unsafe_no_sandbox=True`` runs it uncontained.
     """
     sc = source if isinstance(source, Scenario) else source.load(scenario or "")
-    kwargs = {"rewards": rewards, "tool_timeout": tool_timeout, "verifier_timeout": verifier_timeout}
+    kwargs = {"rewards": rewards, "tool_timeout": tool_timeout, "verifier_timeout": verifier_timeout,
+              "unsafe_no_sandbox": unsafe_no_sandbox}
     first = AWMRuntime(sc, format_error_ends_episode=False, **kwargs).start()
     taken: set[str] = set()
     methods = {}

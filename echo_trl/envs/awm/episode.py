@@ -98,13 +98,14 @@ class AWMRuntime:
     def __init__(self, scenario: Scenario, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
                  verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
                  format_error_ends_episode: bool = True, containment: sandbox.Containment | None = None,
-                 keep_dir: bool = False):
+                 keep_dir: bool = False, unsafe_no_sandbox: bool = False):
         self.scenario = scenario
         self.tool_timeout, self.verifier_timeout = tool_timeout, verifier_timeout
         self.verifier_mode, self.judge = verifier_mode, judge
         self.rewards = rewards or RewardConfig()
         self.format_error_ends_episode = format_error_ends_episode
-        self.containment = containment or sandbox.detect_containment()
+        # Refuses (ContainmentUnavailable) unless bwrap works here or the caller explicitly opted out.
+        self.containment = containment or sandbox.require_containment(unsafe_no_sandbox)
         self.keep_dir = keep_dir
         self.root: Path | None = None
         self.server: ScenarioServer | None = None

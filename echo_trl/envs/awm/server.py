@@ -51,7 +51,7 @@ class ScenarioServer:
         with open(self.log_path, "ab") as log:
             self.proc = sandbox.spawn([sys.executable, "-I", SERVE, str(app), str(self.db_path), self.socket_path,
                                        self.ready_path],
-                                      cwd=str(self.server_dir), writable=[str(self.server_dir)], stdout=log,
+                                      cwd=str(self.server_dir), writable=[str(self.server_dir)], readonly=[SERVE], stdout=log,
                                       limits=sandbox.SERVER_LIMITS, containment=self.containment)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

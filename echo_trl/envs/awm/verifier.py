@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +85,12 @@ def run_verifier(spec: VerifierSpec, initial_db: str | Path, live_db: str | Path
         "code": spec.code, "function": spec.function, "filename": f"<verifier {spec.scenario} task {spec.task_idx}>",
         "initial_db_path": str(initial.resolve()), "final_db_path": str(final.resolve()),
         "final_answer": final_answer}), encoding="utf-8")
-    limits = sandbox.Limits(address_space=sandbox.VERIFIER_LIMITS.address_space,
-                            cpu_seconds=max(1, math.ceil(timeout)) + 1, file_size=sandbox.VERIFIER_LIMITS.file_size,
-                            open_files=sandbox.VERIFIER_LIMITS.open_files)
+    limits = replace(sandbox.VERIFIER_LIMITS, cpu_seconds=max(1, math.ceil(timeout)) + 1)
     log_path = work / "verifier.log"
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = sandbox.spawn([sys.executable, "-I", VERIFY, str(spec_file), str(result_file)], cwd=str(work),
-                             writable=[str(work)], limits=limits, containment=containment, stdout=log)
+                             writable=[str(work)], readonly=[VERIFY], limits=limits, containment=containment, stdout=log)
     timed_out = False
     try:
         proc.wait(timeout=timeout)
