@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,38 @@ def test_one_online_step_with_lora(tmp_path):
     assert "rewards/AWMEnv_library_1/mean" in step  # the AWM verifier scored the rollouts
     assert (out / "adapter_model.safetensors").exists()
     assert "## ECHO training" in (out / "README.md").read_text()
+
+
+def test_one_online_run_trains_over_two_scenarios(tmp_path):
+    """library_1 (bundled) + content_platform_1 (shared AWM-1K sample) in one run, one server pool."""
+    from conftest import AWM1K_SAMPLES, descendant_pids, require_shared, tiny_tokenizer
+
+    from echo_trl.tiny import build_tiny_model
+
+    samples = require_shared(AWM1K_SAMPLES)
+    children = descendant_pids()
+    tok = tiny_tokenizer("qwen3")
+    build_tiny_model(tok, "qwen3", hidden_size=32, num_layers=2, num_heads=4).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    spec = importlib.util.spec_from_file_location("train_online_awm", REPO / "examples" / "train_online_awm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "out"
+    # 2 prompts (library_1 task 0, content_platform_1 task 0, interleaved) x 2 generations in one batch
+    rc = module.main(["--model_name_or_path", str(tmp_path / "model"),
+                      "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
+                      "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0", "--awm_max_servers", "1",
+                      "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
+                      "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2",
+                      "--max_completion_length", "16", "--max_tool_calling_iterations", "1", "--report_to", "none",
+                      "--save_strategy", "no", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
+                      "--logging_steps", "1"])
+    assert rc == 0
+    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    step = next(h for h in logs if "world/coeff" in h)
+    for name in ("library_1", "content_platform_1"):  # each scenario's verifier scored its own rollouts
+        value = step[f"rewards/AWMEnv_{name}/mean"]
+        assert value == value  # not NaN: rollouts of this scenario were in the batch
+    time.sleep(0.2)
+    assert descendant_pids() - children == set()  # every server of the pool closed

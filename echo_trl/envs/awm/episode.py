@@ -15,6 +15,11 @@ errors, AWM reward -1.0); ``tool_error`` (the tool refused, e.g. 404); ``timeout
 ``server_error`` (the environment failed: the episode ends); for the final ``verify`` step the
 verifier's outcome (``complete``, ``others``, ``incomplete``, ``judge_error``, ``no_verifier``).
 
+Format errors follow AWM's semantics by default: the episode goes on (the official agent and
+OpenEnv's AWM environment let the agent recover), and its reward stays the format-error reward
+(-1.0) whatever the verifier says; the verifier's own reward is kept as ``verifier_reward``.
+``format_error_ends_episode=True`` restores the stricter rule (end at the first format error).
+
 Cleanup is unconditional: ``close()`` (also via ``with``, ``atexit`` and garbage collection)
 kills the server's process group and removes the temp directory, whatever happened.
 """
@@ -41,6 +46,10 @@ from .server import ScenarioServer
 from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
 
 FORMAT_ERRORS = ("tool_not_found", "invalid_args")
+#: Where the verifier step goes in a record: a turn of the conversation (``env_output``, as
+#: OpenEnv's RFC 010 example maps ``verify_result``) or out of it under ``verification``
+#: (``omit``: the official AWM agent never shows the verifier to the policy).
+VERIFY_TURNS = ("env_output", "omit")
 ENV_FAILURES = ("timeout", "server_error")
 _STATUS = re.compile(r"Status code: (\d{3})")
 
@@ -97,7 +106,7 @@ class AWMRuntime:
 
     def __init__(self, scenario: Scenario, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
                  verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
-                 format_error_ends_episode: bool = True, containment: sandbox.Containment | None = None,
+                 format_error_ends_episode: bool = False, containment: sandbox.Containment | None = None,
                  keep_dir: bool = False):
         self.scenario = scenario
         self.tool_timeout, self.verifier_timeout = tool_timeout, verifier_timeout
@@ -229,23 +238,37 @@ class AWMRuntime:
     def run_verifier(self, task_idx: int | None, *, final_answer: str | None = None, task: str = "",
                      trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
         """Verify the live database against the initial snapshot (no verifier -> ``no_verifier``)."""
-        spec = self.scenario.verifier(task_idx, self.verifier_mode) if task_idx is not None else None
-        if spec is None:
-            return VerifyOutcome("no_verifier", {"verifier_mode": self.verifier_mode, "result": "others",
-                                                 "execution_status": "error",
-                                                 "error_message": f"no {self.verifier_mode} verifier for task "
-                                                                  f"{task_idx} of scenario {self.scenario.name!r}"})
         assert self.root is not None
-        work = Path(tempfile.mkdtemp(prefix="v", dir=self.root / "verify"))
-        os.chmod(work, 0o755)
-        try:
-            outcome = run_verifier(spec, self.initial_db, self.live_db, work, final_answer=final_answer,
-                                   timeout=self.verifier_timeout, judge=self.judge, task=task, trajectory=trajectory,
-                                   containment=self.containment)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        outcome = verify_databases(self.scenario, task_idx, self.initial_db, self.live_db, self.root / "verify",
+                                   verifier_mode=self.verifier_mode, timeout=self.verifier_timeout, judge=self.judge,
+                                   containment=self.containment, final_answer=final_answer, task=task,
+                                   trajectory=trajectory)
         self.timings["verify"] = outcome.seconds
         return outcome
+
+
+def verify_databases(scenario: Scenario, task_idx: int | None, initial_db: Path, final_db: Path, work_root: Path, *,
+                     verifier_mode: str, timeout: float, judge: Judge | None, containment: sandbox.Containment,
+                     final_answer: str | None = None, task: str = "",
+                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+    """Run the task's verifier on ``final_db`` against ``initial_db`` (no verifier -> ``no_verifier``).
+
+    A function, not a runtime method, because a pooled session verifies its own database
+    copy without holding a server.
+    """
+    spec = scenario.verifier(task_idx, verifier_mode) if task_idx is not None else None
+    if spec is None:
+        return VerifyOutcome("no_verifier", {"verifier_mode": verifier_mode, "result": "others",
+                                             "execution_status": "error",
+                                             "error_message": f"no {verifier_mode} verifier for task "
+                                                              f"{task_idx} of scenario {scenario.name!r}"})
+    work = Path(tempfile.mkdtemp(prefix="v", dir=work_root))
+    os.chmod(work, 0o755)
+    try:
+        return run_verifier(spec, initial_db, final_db, work, final_answer=final_answer, timeout=timeout,
+                            judge=judge, task=task, trajectory=trajectory, containment=containment)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 class Episode:
@@ -258,6 +281,9 @@ class Episode:
         self.done = False
         self.reward: float | None = None
         self.reward_type: str | None = None
+        self.verifier_reward: float | None = None  # the outcome's reward, before the format-error rule
+        self.format_errors = 0
+        self._verify_step: dict[str, Any] | None = None
         self.notes = list(notes or [])
         self.behavior_logprobs: list[float] | None = None
         self.tool_names = {t["name"] for t in runtime.tools}
@@ -275,9 +301,13 @@ class Episode:
         return observation
 
     def _end(self, reward_type: str) -> None:
+        """End the episode; any format error on the way keeps the reward at the format-error reward."""
+        rewards = self.runtime.rewards
         self.done = True
-        self.reward_type = reward_type
-        self.reward = self.runtime.rewards.reward(reward_type)
+        self.verifier_reward = rewards.reward(reward_type)
+        penalised = self.format_errors and reward_type not in FORMAT_ERRORS
+        self.reward_type = "format_error" if penalised else reward_type
+        self.reward = rewards.format_error if penalised else self.verifier_reward
 
     def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
                   ) -> dict[str, Any]:
@@ -313,9 +343,11 @@ class Episode:
                 obs = {"tool_name": tool_name, "tool_result": out.text, "reward_type": "tool_call_ok", "done": False,
                        "metadata": {}}
         obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
-        if obs["reward_type"] in FORMAT_ERRORS and self.runtime.format_error_ends_episode:
-            obs["done"] = True
-            self._end(obs["reward_type"])
+        if obs["reward_type"] in FORMAT_ERRORS:
+            if self.runtime.format_error_ends_episode:
+                obs["done"] = True
+                self._end(obs["reward_type"])
+            self.format_errors += 1
         return self._record(tool_name, arguments, obs, extra)
 
     def verify(self, final_answer: str | None = None) -> dict[str, Any]:
@@ -332,7 +364,9 @@ class Episode:
         self._end(outcome.reward_type)
         obs = {"tool_name": "verify", "verify_result": outcome.verify_result, "reward_type": outcome.reward_type,
                "done": True, "metadata": {"latency_s": round(outcome.seconds, 4)}}
-        return self._record("verify", args, obs)
+        self._record("verify", args, obs)
+        self._verify_step = self.steps[-1]
+        return obs
 
     def end_without_verifying(self, reason: str = "stopped") -> None:
         """Stop here with the 'other' reward (e.g. stopping early with verification disabled)."""
@@ -342,17 +376,27 @@ class Episode:
     def close(self) -> None:
         self.session.close()
 
-    def record(self) -> dict[str, Any]:
-        """The episode in the OpenEnv capture shape (plus provenance under ``metadata``)."""
+    def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
+        """The episode in the OpenEnv capture shape (plus provenance under ``metadata``).
+
+        ``verify_turn="omit"`` moves the verifier step out of ``steps`` (the conversation) to
+        ``verification``; the reward is the same either way.
+        """
+        if verify_turn not in VERIFY_TURNS:
+            raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")
         rt = self.runtime
+        omit = verify_turn == "omit" and self._verify_step is not None
         record: dict[str, Any] = {
             "scenario": self.scenario, "task": self.task, "task_idx": self.task_idx if self.task_idx is not None else -1,
-            "tools": rt.tools, "steps": self.steps,
+            "tools": rt.tools, "steps": [s for s in self.steps if not (omit and s is self._verify_step)],
             "reward": self.reward if self.reward is not None else rt.rewards.other,
             "reward_type": self.reward_type or "unfinished",
             "metadata": {"source": "echo-trl capture (local AWM runtime)", "containment": rt.containment.applied(),
-                         "notes": self.notes, "scenario_sources": rt.scenario.sources},
+                         "notes": self.notes, "scenario_sources": rt.scenario.sources,
+                         "format_errors": self.format_errors, "verifier_reward": self.verifier_reward},
         }
+        if omit:
+            record["verification"] = self._verify_step
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
