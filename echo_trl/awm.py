@@ -42,6 +42,16 @@ AWM_REWARDS = {"complete": 1.0, "incomplete": 0.1, "format_error": -1.0}
 
 EPISODE_SUFFIXES = (".json", ".jsonl")
 
+#: Conversation formats a recorded episode can be rendered in (see ``docs/datasets.md``).
+FORMATS = ("chat-template", "awm-agent")
+#: How the verifier step enters the conversation: as an ``env_output`` message, or not at all.
+VERIFY_TURNS = ("env_output", "omit")
+
+
+def default_verify_turn(format: str) -> str:
+    """``omit`` for the official agent's format (it never shows the verifier), else ``env_output``."""
+    return "omit" if format == "awm-agent" else "env_output"
+
 
 @dataclass(frozen=True)
 class EpisodeRecord:
@@ -89,6 +99,11 @@ def parse_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
 
 
+def _collect_metadata(path: Path) -> bool:
+    """``openenv collect``'s run metadata (beside its ``results.jsonl``): not an episode."""
+    return path.name == "metadata.json" and (path.parent / "results.jsonl").is_file()
+
+
 def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
     """Expand files and directories into a sorted, de-duplicated list of episode files."""
     files: list[Path] = []
@@ -96,7 +111,7 @@ def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             files.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in EPISODE_SUFFIXES
-                                and p.name != "skipped.jsonl"))
+                                and p.name != "skipped.jsonl" and not _collect_metadata(p)))
         elif path.is_file():
             files.append(path)
         else:
@@ -273,6 +288,8 @@ class _Turn:
     arguments: dict[str, Any]
     output: str
     warnings: list[str]
+    error: bool = False  # the call failed (the output is the error text)
+    verify: bool = False  # the verifier step, not a scenario tool call
 
 
 def _openenv_turns(steps: Any) -> list[_Turn]:
@@ -291,7 +308,9 @@ def _openenv_turns(steps: Any) -> list[_Turn]:
                  if observation.get(k) is not None]
         if not parts:
             raise EpisodeError("expected one of tool_result, error, verify_result", field=f"{here}.observation")
-        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning")))
+        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning"),
+                           error=observation.get("error") is not None and observation.get("tool_result") is None,
+                           verify=name == "verify" and observation.get("verify_result") is not None))
     return turns
 
 
@@ -318,16 +337,19 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         name = entry.get("tool_name") or ("verify" if kind == "verify" else None)
         _expect(name, str, f"{here}.tool_name", "a string")
         args = _arguments(entry.get("arguments"), f"{here}.arguments")
+        failed = kind != "verify" and (
+            entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None))
         if kind == "verify":
             value = entry.get("verify_result", entry.get("result"))
-        elif entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None):
+        elif failed:
             value = entry.get("error")
         else:
             value = entry.get("result")
         if value is None:
             field = "verify_result" if kind == "verify" else ("error" if entry.get("success") is False else "result")
             raise EpisodeError("missing observation", field=f"{here}.{field}")
-        turns.append(_Turn(name, args, serialize_output(value), _warnings(entry.get("warning"), f"{here}.warning")))
+        turns.append(_Turn(name, args, serialize_output(value), _warnings(entry.get("warning"), f"{here}.warning"),
+                           error=failed, verify=kind == "verify"))
     return turns, tools, reward
 
 
@@ -338,6 +360,8 @@ def awm_episode_to_trajectory(
     record: str | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> Trajectory:
     """Map one recorded AWM episode (either shape) onto a role-tagged :class:`Trajectory`.
 
@@ -347,14 +371,35 @@ def awm_episode_to_trajectory(
     ``Trajectory.warnings``, never into the tool message text. ``compact_tools`` drops the
     response documentation from tool descriptions (:func:`compact_tool_schema`). Raises
     :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
+
+    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.awm_agent`).
+    ``verify_turn`` (``env_output`` | ``omit``, default per format) keeps or drops the verifier
+    step (dropped: a recorded final answer ends the chat). A record with ``messages`` (a
+    conversation log) is read as recorded by :mod:`echo_trl.conversations`.
     """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+    if verify_turn not in (None, *VERIFY_TURNS):
+        raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
+    from .conversations import conversation_to_trajectory, is_conversation
+
+    if is_conversation(episode):
+        return conversation_to_trajectory(episode, source=source, record_id=record)
     try:
-        return _convert(episode, system_prompt, compact_tools)
+        return _convert(episode, system_prompt, compact_tools, format, verify_turn or default_verify_turn(format))
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
 
 
-def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False) -> Trajectory:
+def _final_answer(turns: list[_Turn], episode: dict[str, Any]) -> str | None:
+    """The agent's answer: given to the verifier (``final_answer``) or recorded beside the steps."""
+    answer = next((t.arguments["final_answer"] for t in turns
+                   if t.verify and isinstance(t.arguments.get("final_answer"), str)), episode.get("final_answer"))
+    return None if answer is None else _expect(answer, str, "final_answer", "a string")
+
+
+def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False,
+             format: str = "chat-template", verify_turn: str = "env_output") -> Trajectory:
     _expect(episode, dict, "", "an episode object")
     scenario = _expect(_required(episode, "scenario", ""), str, "scenario", "a string")
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
@@ -362,7 +407,7 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         raise EpisodeError("expected a non-empty task", field="task")
     task_idx = _expect(_required(episode, "task_idx", ""), int, "task_idx", "an integer")
 
-    reward = None
+    reward, listed = None, None
     if "trajectory" in episode:
         turns, listed, reward = _session_turns(episode["trajectory"])
         tools = _tools(episode.get("tools") if episode.get("tools") is not None else listed, compact=compact_tools)
@@ -381,6 +426,20 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         if reward_type not in AWM_REWARDS:
             raise EpisodeError("missing (and no reward_type to derive it from)", field="reward")
         reward = AWM_REWARDS[reward_type]
+    final_answer = _final_answer(turns, episode)
+    logprobs = _behavior_logprobs(episode.get("behavior_logprobs"))
+    if format == "awm-agent":
+        from . import awm_agent
+
+        steps = [awm_agent.RecordedStep(t.name, t.arguments, t.output, t.warnings, t.error, t.verify) for t in turns]
+        return awm_agent.to_awm_agent_trajectory(
+            task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
+            steps=steps, reward=reward, scenario=scenario, task_idx=task_idx, final_answer=final_answer,
+            verify_turn=verify_turn, behavior_logprobs=logprobs,
+            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT
+            else system_prompt and system_prompt.replace("{scenario}", scenario))
+    if verify_turn == "omit":
+        turns = [t for t in turns if not t.verify]
 
     prompt = []
     if system_prompt:
@@ -392,9 +451,12 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         warnings.append([])
         completion.append({"role": "tool", "name": turn.name, "content": turn.output})
         warnings.append(turn.warnings)
+    if verify_turn == "omit" and final_answer is not None:
+        completion.append({"role": "assistant", "content": final_answer})
+        warnings.append([])
     return Trajectory(
         prompt=prompt, completion=completion, tools=tools, warnings=warnings, reward=reward,
-        scenario=scenario, task_idx=task_idx, behavior_logprobs=_behavior_logprobs(episode.get("behavior_logprobs")),
+        scenario=scenario, task_idx=task_idx, behavior_logprobs=logprobs,
     )
 
 
@@ -405,11 +467,14 @@ def load_awm_episodes(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
     show_progress: bool | None = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
     ``strict=True`` raises the first :class:`EpisodeError`; ``strict=False`` keeps every valid
     episode and returns the rejected records with their reasons (nothing valid is lost).
+    ``format`` and ``verify_turn``: see :func:`awm_episode_to_trajectory`.
     """
     from .progress import progress
 
@@ -420,7 +485,7 @@ def load_awm_episodes(
                 raise rec.error
             trajectories.append(awm_episode_to_trajectory(
                 rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools))
+                compact_tools=compact_tools, format=format, verify_turn=verify_turn))
         except EpisodeError as exc:
             if strict:
                 raise

@@ -17,7 +17,7 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, load_awm_episodes
+from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
 from .errors import DatasetSchemaError
 from .roles import Role, Trajectory
 
@@ -37,6 +37,7 @@ FEATURES = Features({
     "scenario": Value("string"),
     "task_idx": Value("int64"),
     "behavior_logprobs": List(Value("float64")),
+    "format": Value("string"),
 })
 
 REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx")
@@ -86,8 +87,12 @@ def _json_object(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else (value or {})
 
 
-def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
-    """One dataset row (plain Python values matching :data:`FEATURES`)."""
+def trajectory_to_row(trajectory: Trajectory, format: str = "chat-template") -> dict[str, Any]:
+    """One dataset row (plain Python values matching :data:`FEATURES`).
+
+    ``format`` names the conversation format the messages are in (``chat-template`` or
+    ``awm-agent``, see :data:`echo_trl.awm.FORMATS`), so that later steps know how it was built.
+    """
     return {
         "prompt": [_message_to_row(m) for m in trajectory.prompt],
         "completion": [_message_to_row(m) for m in trajectory.completion],
@@ -98,11 +103,17 @@ def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
         "scenario": trajectory.scenario,
         "task_idx": int(trajectory.task_idx),
         "behavior_logprobs": trajectory.behavior_logprobs,
+        "format": format,
     }
 
 
 def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
-    """Inverse of :func:`trajectory_to_row`: messages ready for ``apply_chat_template``."""
+    """Inverse of :func:`trajectory_to_row`: messages ready for ``apply_chat_template``.
+
+    An ``awm-agent`` row renders without tool schemas (``tools`` empty), as the official agent
+    asks its model: the system prompt itself describes ``list_tools`` and ``call_tool``; the
+    row's ``tools`` column keeps their schemas for code that needs them (e.g. an environment).
+    """
     missing = [c for c in ("prompt", "completion") if c not in row]
     if missing:
         raise DatasetSchemaError(f"row is missing column(s) {', '.join(missing)}")
@@ -110,7 +121,7 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     return Trajectory(
         prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
-        tools=[_json_object(t) for t in row.get("tools") or []],
+        tools=[] if row.get("format") == "awm-agent" else [_json_object(t) for t in row.get("tools") or []],
         warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
         reward=float(row.get("reward") or 0.0),
         scenario=row.get("scenario") or "",
@@ -120,9 +131,9 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
-def trajectories_to_dataset(trajectories: Iterable[Trajectory]) -> datasets.Dataset:
+def trajectories_to_dataset(trajectories: Iterable[Trajectory], format: str = "chat-template") -> datasets.Dataset:
     """A dataset with the explicit ECHO schema (never inferred, so every build has one schema)."""
-    rows = [trajectory_to_row(t) for t in trajectories]
+    rows = [trajectory_to_row(t, format) for t in trajectories]
     columns = {name: [r[name] for r in rows] for name in FEATURES}
     return datasets.Dataset.from_dict(columns, features=FEATURES)
 
@@ -135,6 +146,8 @@ def build_awm_dataset(
     skipped: list[SkippedRecord] | None = None,
     show_progress: bool | None = None,
     compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> datasets.Dataset:
     """Build the trajectory dataset from AWM episode files and directories.
 
@@ -142,12 +155,22 @@ def build_awm_dataset(
     ``strict=False`` invalid records are appended to ``skipped`` (when given) instead of raising,
     and every valid record is kept. ``compact_tools`` drops the response documentation
     fastapi-mcp appends to tool descriptions (much shorter prompts; see ``compact_tool_schema``).
+
+    ``format``: ``chat-template`` (tool calls and schemas for the model's chat template) or
+    ``awm-agent`` (the official AWM agent's conversation: its system prompt, ``list_tools`` /
+    ``call_tool``; see ``docs/datasets.md``); recorded in the ``format`` column.
+    ``verify_turn``: ``env_output`` or ``omit`` the verifier step (default: ``env_output`` for
+    chat-template, ``omit`` for awm-agent). Conversation logs (``messages`` + ``reward``) are
+    taken as recorded in either format.
     """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     trajectories, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt,
-                                               compact_tools=compact_tools, show_progress=show_progress)
+                                               compact_tools=compact_tools, show_progress=show_progress,
+                                               format=format, verify_turn=verify_turn)
     if skipped is not None:
         skipped.extend(rejected)
-    return trajectories_to_dataset(trajectories)
+    return trajectories_to_dataset(trajectories, format)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +186,8 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
             f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`.")
     if "behavior_logprobs" not in ds.column_names:
         ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])
+    if "format" not in ds.column_names:  # built before formats existed: chat-template
+        ds = ds.add_column("format", ["chat-template"] * len(ds), feature=FEATURES["format"])
     extra = [c for c in ds.column_names if c not in FEATURES]
     if ds.features != FEATURES:
         wanted = Features({**{k: v for k, v in ds.features.items() if k in extra}, **FEATURES})
@@ -234,6 +259,7 @@ def dataset_card(ds: datasets.Dataset, *, title: str = "ECHO trajectories from A
         c[f"group:{group}"] = 1
         c["reward_sum"] += reward
     roles = role_counts(ds)
+    formats = ", ".join(f"`{f}`" for f in sorted(set(ds["format"] if "format" in ds.column_names else [])))
     scen_rows = "\n".join(
         f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
         for s, c in sorted(by_scenario.items()))
@@ -255,6 +281,7 @@ Agent trajectories for [echo_trl](https://github.com/) (ECHO: GRPO on the agent'
 plus lambda * cross-entropy on the environment's observation tokens), in TRL's conversational
 prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episodes,
 {len(by_scenario)} scenarios{f", {skipped} invalid records skipped (see skipped.jsonl)" if skipped else ""}.
+Conversation format: {formats or "`chat-template`"} (see the `format` column).
 
 ## Schema
 
@@ -268,6 +295,7 @@ prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episode
 | `group_id` | string | `scenario/task_idx`: trajectories of the same task share it (GRPO groups) |
 | `scenario`, `task_idx` | string, int | AWM provenance |
 | `behavior_logprobs` | list of floats or null | per action token, when recorded at rollout time |
+| `format` | string | conversation format: `chat-template` or `awm-agent` (the official AWM agent's) |
 
 A tool call's `arguments` is stored as JSON text (Arrow needs one type per column).
 

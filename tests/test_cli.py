@@ -52,3 +52,34 @@ def test_missing_tokenizer_is_a_clean_error(tmp_path):
     eps.write_text(json.dumps(openenv_episode()))
     r = run_cli("stats", eps, "--tokenizer", tmp_path / "nope")
     assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
+    from pathlib import Path
+
+    from echo_trl.dataset import load_echo_dataset
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    episodes = Path(__file__).resolve().parents[1] / "data" / "episodes" / "library_1_task0.jsonl"
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent"), "--format", "awm-agent"]) == 0
+    assert "format awm-agent" in capsys.readouterr().out
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent_v"), "--format", "awm-agent",
+                 "--verify-turn", "env_output"]) == 0
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "plain")]) == 0
+    agent, agent_v, plain = (load_echo_dataset(tmp_path / n) for n in ("agent", "agent_v", "plain"))
+    assert set(agent["format"]) == {"awm-agent"} and set(plain["format"]) == {"chat-template"}
+    verified = [any(s["action"]["tool_name"] == "verify" for s in json.loads(line)["steps"])
+                for line in episodes.read_text().splitlines()]
+    assert 0 < sum(verified) < len(verified)  # the file has both kinds
+    assert [len(r["completion"]) + v for r, v in zip(agent, verified, strict=True)] == [
+        len(r["completion"]) for r in agent_v]
+    assert [r["completion"][-1]["name"] == "verify" for r in agent_v] == verified
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    capsys.readouterr()
+    assert main(["stats", str(tmp_path / "agent"), "--tokenizer", str(tmp_path / "tok"), "--show", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert "Available MCP Tools (21 tools):" in shown and "mcp_tool_" in shown
+
+    bad = run_cli("build-dataset", episodes, "--output", tmp_path / "x", "--format", "openai")
+    assert bad.returncode == 2 and "invalid choice: 'openai'" in bad.stderr

@@ -103,3 +103,43 @@ def test_schema_validation_names_columns():
         validate_dataset(bad)
     no_logprobs = ds.remove_columns(["behavior_logprobs"])
     assert validate_dataset(no_logprobs).features == FEATURES
+
+
+def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
+    from echo_trl.awm_agent import SYSTEM_PROMPT
+
+    (episode_dir / "a.json").write_text(json.dumps(openenv_episode(tools=[
+        {"name": "search", "description": "Search.", "inputSchema": {}},
+        {"name": "add_to_cart", "description": "Add.", "inputSchema": {}}])))
+    (episode_dir / "c.jsonl").unlink()
+    plain = build_awm_dataset([episode_dir])
+    agent = build_awm_dataset([episode_dir], format="awm-agent")
+    assert plain["format"] == ["chat-template"] * 2 and agent["format"] == ["awm-agent"] * 2
+    assert agent.features == FEATURES
+    assert [r["prompt"][0]["content"] for r in agent] == [SYSTEM_PROMPT] * 2
+    names = [[c["function"]["name"] for m in r["completion"] for c in m["tool_calls"] or []] for r in agent]
+    assert names == [["list_tools", "call_tool", "call_tool"], ["list_tools", "call_tool", "call_tool"]]
+    with_verifier = build_awm_dataset([episode_dir], format="awm-agent", verify_turn="env_output")
+    assert [len(r["completion"]) for r in with_verifier] == [len(r["completion"]) + 1 for r in agent]
+    save_dataset(agent, tmp_path / "ds")
+    assert load_echo_dataset(tmp_path / "ds")["format"] == ["awm-agent"] * 2
+    assert "Conversation format: `awm-agent`" in (tmp_path / "ds" / "README.md").read_text()
+    with pytest.raises(ValueError, match="unknown format 'chat'"):
+        build_awm_dataset([episode_dir], format="chat")
+
+
+def test_datasets_built_before_formats_load_as_chat_template(episode_dir):
+    old = build_awm_dataset([episode_dir]).remove_columns("format")
+    assert validate_dataset(old)["format"] == ["chat-template"] * 4
+
+
+def test_verify_turn_omit_in_chat_template_keeps_the_final_answer():
+    ep = openenv_episode()
+    ep["steps"][-1]["action"]["arguments"]["final_answer"] = "Added."
+    kept = awm_episode_to_trajectory(ep)
+    omitted = awm_episode_to_trajectory(ep, verify_turn="omit")
+    assert kept.completion[-2]["tool_calls"][0]["function"]["name"] == "verify"
+    assert omitted.completion[:-1] == kept.completion[:-2]
+    assert omitted.completion[-1] == {"role": "assistant", "content": "Added."}
+    with pytest.raises(ValueError, match="unknown verify_turn"):
+        awm_episode_to_trajectory(ep, verify_turn="hide")
