@@ -8,7 +8,9 @@ the scenario's generated MCP server, sandboxed), built by
 scenarios in one run: each prompt row goes to its scenario's environment, servers start when first
 needed and at most ``--awm_max_servers`` live at once (least recently used closed first). The
 reward is the scenario's verifier; ECHO adds ``world_model_coeff`` x cross-entropy on the tool
-outputs TRL appended to the conversation.
+outputs TRL appended to the conversation. ``--awm_format awm-agent`` trains in the official AWM
+agent's conversation (its system prompt; exactly two tools, ``list_tools`` and ``call_tool``, for
+every scenario: :mod:`echo_trl.envs.awm.agent_format`), the format the Arctic-AWM models learned.
 
 Every ``echo-trl train`` flag (``EchoGRPOConfig`` and TRL's ``ModelConfig``, ``--config YAML``,
 ``--use_peft``) works here; the AWM flags below replace ``--dataset_name`` (the prompts are the
@@ -56,16 +58,21 @@ class AWMOnlineArguments:
     awm_verifier_timeout: float = field(default=30.0, metadata={"help": "Seconds the task verifier may take."})
     awm_max_servers: int = field(default=4, metadata={"help": "Scenario server processes alive at once (a pool; "
                                                       "least recently used closed first)."})
-    awm_verify_turn: str = field(
-        default="env_output", metadata={"help": "env_output: the agent gets a verify(final_answer) tool whose result "
-                                        "enters the conversation; omit: the verifier runs after the rollout, unseen.",
-                                        "choices": ["env_output", "omit"]})
+    awm_format: str = field(
+        default="chat-template", metadata={"help": "chat-template: one tool per MCP tool, the chat template's tool "
+                                           "calls; awm-agent: the official AWM agent's list_tools/call_tool.",
+                                           "choices": ["chat-template", "awm-agent"]})
+    awm_verify_turn: str | None = field(
+        default=None, metadata={"help": "env_output (default with chat-template): the agent gets a "
+                                "verify(final_answer) tool whose result enters the conversation; omit (default and "
+                                "only choice with awm-agent): the verifier runs after the rollout, unseen.",
+                                "choices": ["env_output", "omit"]})
     awm_stop_on_format_error: bool = field(
         default=False, metadata={"help": "End a rollout at its first format error (default: go on as AWM does; the "
                                  "reward is -1.0 either way)."})
     awm_system_prompt: str | None = field(
         default=None, metadata={"help": "System prompt of every task ('{scenario}' is filled in, other braces are "
-                                "text; default: echo-trl's)."})
+                                "text; default: echo-trl's, or the official agent's with awm-agent)."})
 
 
 def make_parser():
@@ -122,6 +129,9 @@ def load_scenarios(awm_args: AWMOnlineArguments) -> list[tuple[object, str | Non
 def main(argv: list[str] | None = None) -> int:
     from trl import get_peft_config, get_quantization_config
 
+    from echo_trl import awm_agent
+    from echo_trl.awm import default_verify_turn
+    from echo_trl.envs.awm.agent_format import awm_agent_environment_factory
     from echo_trl.envs.awm.environment import awm_environment_factories, awm_task_dataset, close_environments
     from echo_trl.errors import EchoTrlError
     from echo_trl.trainer import EchoGRPOTrainer
@@ -134,14 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = load_scenarios(awm_args)
     tasks = {sc.name: train_tasks(awm_args, sc.name, d) for sc, d in scenarios}
     several = len(scenarios) > 1
+    agent = awm_args.awm_format == "awm-agent"
+    system_prompt = awm_args.awm_system_prompt or (awm_agent.SYSTEM_PROMPT if agent else None)
     prompts = awm_task_dataset([sc for sc, _ in scenarios] if several else scenarios[0][0],
                                tasks if several else tasks[scenarios[0][0].name], repeats=awm_args.awm_repeats,
-                               system_prompt=awm_args.awm_system_prompt)
-    factories = awm_environment_factories(
-        [sc for sc, _ in scenarios], tool_timeout=awm_args.awm_tool_timeout,
-        verifier_timeout=awm_args.awm_verifier_timeout, max_servers=awm_args.awm_max_servers,
-        verify_turn=awm_args.awm_verify_turn, stop_on_format_error=awm_args.awm_stop_on_format_error)
-    factory = factories if several else next(iter(factories.values()))
+                               system_prompt=system_prompt)
+    env_kwargs = {"tool_timeout": awm_args.awm_tool_timeout, "verifier_timeout": awm_args.awm_verifier_timeout,
+                  "max_servers": awm_args.awm_max_servers, "stop_on_format_error": awm_args.awm_stop_on_format_error,
+                  "verify_turn": awm_args.awm_verify_turn or default_verify_turn(awm_args.awm_format)}
+    if agent:  # one environment for every scenario: the row's 'scenario' picks it
+        factory = awm_agent_environment_factory([sc for sc, _ in scenarios], **env_kwargs)
+    else:
+        factories = awm_environment_factories([sc for sc, _ in scenarios], **env_kwargs)
+        factory = factories if several else next(iter(factories.values()))
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation,
                                        "revision": model_args.model_revision, **(training_args.model_init_kwargs or {})}
     try:

@@ -200,3 +200,18 @@ def test_a_mid_episode_format_error_is_captured_in_full(tmp_path):
     assert rec["verification"]["observation"]["reward_type"] == "complete"
     (traj,), _ = load_awm_episodes([tmp_path / "omit"])
     assert "verify" not in json.dumps(traj.completion) and traj.reward == -1.0
+
+
+def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
+    from echo_trl.tiny import ensure_tiny_model
+
+    model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
+    out = tmp_path / "out"
+    assert cli(["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--policy",
+                f"model:{model}", "--format", "awm-agent", "--max-new-tokens", "8", "--max-steps", "2",
+                "--output", str(out)]) == 0
+    rec = json.loads((out / "library_1_task0.jsonl").read_text())
+    assert rec["metadata"]["format"] == "awm-agent"
+    assert "verification" in rec and all(s["action"]["tool_name"] != "verify" for s in rec["steps"])  # omit default
+    assert rec["verification"]["action"]["tool_name"] == "verify" and rec["behavior_logprobs"]
+    assert "verifier turn: omit" in (out / "capture_log.txt").read_text()

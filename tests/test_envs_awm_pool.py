@@ -175,3 +175,20 @@ def test_no_server_free_in_time_is_an_environment_failure_of_that_episode(scenar
         pool.new_episode("library_1", 0)
     with pytest.raises(PoolError, match="max_servers must be >= 1"):
         ServerPool(0)
+
+
+def test_benchmark_smoke(capsys):
+    """benchmarks/awm_pool.py's cheapest path: the JSON it prints, rewards checked under swapping."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import awm_pool
+
+    out = awm_pool.main(["--json", "--scenarios", "2", "--pools", "1", "2", "--episodes", "2", "--prompts", "2",
+                         "--generations", "1"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(out))
+    assert set(out["per_pool"]) == {"1", "2"}
+    assert all(r["all_rewards_complete"] and r["episodes_per_s"] > 0 for r in out["per_pool"].values())
+    assert out["per_pool"]["1"]["server_starts"] >= 2 and out["per_pool"]["2"]["server_starts"] == 0
+    assert out["rss_mb_per_server"]["n"] == 2 and out["rss_mb_per_server"]["median"] > 0

@@ -80,3 +80,32 @@ def test_one_online_run_trains_over_two_scenarios(tmp_path):
         assert value == value  # not NaN: rollouts of this scenario were in the batch
     time.sleep(0.2)
     assert descendant_pids() - children == set()  # every server of the pool closed
+
+
+def test_one_online_step_in_the_official_awm_agent_format(tmp_path):
+    """--awm_format awm-agent: one environment class with list_tools/call_tool serves both scenarios."""
+    from conftest import AWM1K_SAMPLES, require_shared, tiny_tokenizer
+
+    from echo_trl.tiny import build_tiny_model
+
+    samples = require_shared(AWM1K_SAMPLES)
+    tok = tiny_tokenizer("qwen3")
+    build_tiny_model(tok, "qwen3", hidden_size=32, num_layers=2, num_heads=4).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    spec = importlib.util.spec_from_file_location("train_online_awm", REPO / "examples" / "train_online_awm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "out"
+    rc = module.main(["--model_name_or_path", str(tmp_path / "model"), "--awm_format", "awm-agent",
+                      "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
+                      "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
+                      "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
+                      "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2",
+                      "--max_completion_length", "16", "--max_tool_calling_iterations", "1", "--report_to", "none",
+                      "--save_strategy", "no", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
+                      "--logging_steps", "1"])
+    assert rc == 0
+    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    step = next(h for h in logs if "world/coeff" in h)
+    assert step["rewards/AWMAgentEnv/mean"] == step["rewards/AWMAgentEnv/mean"]  # scored, not NaN

@@ -16,6 +16,10 @@ episode, its reward stays -1.0 (``--stop-on-format-error``: end at the first one
 verifier step is a turn of the recorded conversation (``--verify-turn env_output``, OpenEnv's
 RFC 010 mapping) or kept out of it under ``verification`` (``omit``: the official AWM agent
 never shows the verifier to the policy, whose ``raw_result`` can give the answer away).
+
+``--format awm-agent`` makes a model policy speak the official AWM agent's conversation (its
+system prompt, ``list_tools`` / ``call_tool``, its call parsing; ``echo_trl.envs.awm.agent_format``)
+and defaults ``--verify-turn`` to ``omit``; build the dataset with the same ``--format``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..awm import DEFAULT_SYSTEM_PROMPT
+from ..awm import DEFAULT_SYSTEM_PROMPT, FORMATS, default_verify_turn
 from ..errors import EchoTrlError
 from ..progress import progress
 
@@ -77,11 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="end an episode at its first unknown tool / invalid arguments (default: go on as AWM does; "
                    "the episode reward stays -1.0 either way)")
     p.add_argument("--continue-after-format-error", action="store_true", help=argparse.SUPPRESS)  # now the default
-    p.add_argument("--verify-turn", choices=("env_output", "omit"), default="env_output",
-                   help="the verifier step as the last env_output turn of the recorded conversation (default), or "
-                   "out of it under 'verification' (the policy never sees it, as in the official AWM agent)")
+    p.add_argument("--format", choices=FORMATS, default="chat-template",
+                   help="model policy: the conversation it speaks: chat-template (tool schemas in the chat template, "
+                   "its tool calls; default) or awm-agent (the official AWM agent's list_tools/call_tool)")
+    p.add_argument("--verify-turn", choices=("env_output", "omit"), default=None,
+                   help="the verifier step as the last env_output turn of the recorded conversation (default with "
+                   "chat-template), or out of it under 'verification' (default with awm-agent: the policy never "
+                   "sees it, as in the official AWM agent)")
     p.add_argument("--system-prompt", default=DEFAULT_SYSTEM_PROMPT,
-                   help="model policy: system prompt ('{scenario}' is filled in, other braces are text; '' for none)")
+                   help="model policy: system prompt ('{scenario}' is filled in, other braces are text; '' for none; "
+                   "awm-agent: the official agent's unless given)")
     return p
 
 
@@ -96,6 +105,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.episodes is not None and args.episodes < 1:
         raise EchoTrlError("--episodes must be >= 1")
+    args.verify_turn = args.verify_turn or default_verify_turn(args.format)
     if args.stop_on_format_error and args.continue_after_format_error:
         raise EchoTrlError("--stop-on-format-error and --continue-after-format-error contradict each other")
     kind, _, target = args.policy.partition(":")
@@ -140,6 +150,7 @@ def main(argv: list[str]) -> int:
                 finally:
                     episode.close()
                 record = episode.record(args.verify_turn)
+                record["metadata"]["format"] = args.format
                 replay_checks.extend(_replay_check(record, k, i))
                 files[k].write(json.dumps(record, ensure_ascii=False) + "\n")
                 files[k].flush()
@@ -170,11 +181,18 @@ def main(argv: list[str]) -> int:
 
 
 def _model_policy(args: argparse.Namespace, target: str):
+    from ..envs.awm.agent_format import AWMAgentModelPolicy
     from ..envs.awm.policy import ModelPolicy
 
-    return ModelPolicy.from_pretrained(target, trust_remote_code=args.trust_remote_code, max_steps=args.max_steps,
-                                       max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                       seed=args.seed, system_prompt=args.system_prompt or None)
+    system_prompt = args.system_prompt or None
+    if args.format == "awm-agent":
+        cls = AWMAgentModelPolicy
+        system_prompt = None if args.system_prompt == DEFAULT_SYSTEM_PROMPT else system_prompt
+    else:
+        cls = ModelPolicy
+    return cls.from_pretrained(target, trust_remote_code=args.trust_remote_code, max_steps=args.max_steps,
+                               max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                               system_prompt=system_prompt)
 
 
 def _jobs(args: argparse.Namespace, policy, scenario: str, tasks: list[int]) -> list[tuple[int, int]]:

@@ -43,8 +43,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...awm import serialize_output
-from .episode import VERIFY_TURNS, Episode
+from ...awm import VERIFY_TURNS, serialize_output
+from .episode import Episode
 from .policy import fill_system_prompt
 from .pool import ServerPool
 from .scenario import Scenario, ScenarioSource
@@ -162,21 +162,25 @@ class AWMEnvironment:
         row's ``scenario`` must be this environment's. Returns the task text when the row's
         prompt does not already carry it.
         """
-        scenario = kwargs.get("scenario")
-        if scenario is not None and scenario != self._scenario.name:
-            raise ValueError(f"AWM environment for scenario {self._scenario.name!r} got a row of scenario {scenario!r} "
-                             "(route rows with awm_environment_factories and an 'environment' column)")
+        scenario = self._row_scenario(kwargs.get("scenario"))
         task_idx = kwargs.get("task_idx", self._default_task_idx)
         if task_idx is None:
             raise ValueError("AWM environment: the dataset row needs a 'task_idx' column (or pass task_idx= to "
                              "awm_environment_factory)")
         self._task_idx = int(task_idx)
         _close_episode(self.__dict__)
-        self._episode = self._pool.new_episode(self._scenario.name, self._task_idx,
+        self._episode = self._pool.new_episode(scenario, self._task_idx,
                                                format_error_ends_episode=self._stop_on_format_error)
         prompt = kwargs.get("prompt")
         last = prompt[-1].get("content") if isinstance(prompt, list) and prompt else prompt
         return None if isinstance(last, str) and last.strip() else self._episode.task
+
+    def _row_scenario(self, scenario: str | None) -> str:
+        """The scenario a row runs in: this class's (a row naming another one is routed wrongly)."""
+        if scenario is not None and scenario != self._scenario.name:
+            raise ValueError(f"AWM environment for scenario {self._scenario.name!r} got a row of scenario {scenario!r} "
+                             "(route rows with awm_environment_factories and an 'environment' column)")
+        return self._scenario.name
 
     def _call(self, tool_name: str, arguments: dict[str, Any]) -> str:
         if self._episode is None:

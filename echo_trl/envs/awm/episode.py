@@ -38,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from ...awm import VERIFY_TURNS
 from . import sandbox
 from .database import BuildReport, build_database, copy_database
 from .mcp_client import MCPError, MCPSession
@@ -46,10 +47,6 @@ from .server import ScenarioServer
 from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
 
 FORMAT_ERRORS = ("tool_not_found", "invalid_args")
-#: Where the verifier step goes in a record: a turn of the conversation (``env_output``, as
-#: OpenEnv's RFC 010 example maps ``verify_result``) or out of it under ``verification``
-#: (``omit``: the official AWM agent never shows the verifier to the policy).
-VERIFY_TURNS = ("env_output", "omit")
 ENV_FAILURES = ("timeout", "server_error")
 _STATUS = re.compile(r"Status code: (\d{3})")
 
@@ -309,9 +306,13 @@ class Episode:
         self.reward_type = "format_error" if penalised else reward_type
         self.reward = rewards.format_error if penalised else self.verifier_reward
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
-        """Call one scenario tool over MCP and record the step; returns the observation."""
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
+                  refuse: str | None = None) -> dict[str, Any]:
+        """Call one scenario tool over MCP and record the step; returns the observation.
+
+        ``refuse``: the harness rejects the call itself with this error (an unknown tool, no
+        server asked): recorded as ``tool_not_found`` under the same format-error rule.
+        """
         arguments = {} if arguments is None else arguments
         if self.done:
             obs = {"tool_name": tool_name, "error": "the episode has ended; start a new episode",
@@ -319,7 +320,10 @@ class Episode:
             return self._record(tool_name, arguments, obs, extra)
         t0 = time.perf_counter()
         known = tool_name in self.tool_names
-        if not isinstance(arguments, dict):
+        if refuse is not None:
+            obs = {"tool_name": tool_name, "reward_type": "tool_not_found", "done": False, "metadata": {},
+                   "error": refuse}
+        elif not isinstance(arguments, dict):
             obs = {"tool_name": tool_name, "reward_type": "invalid_args", "done": False, "metadata": {},
                    "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}"}
             arguments = {"_raw": arguments}
@@ -379,27 +383,36 @@ class Episode:
     def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
         """The episode in the OpenEnv capture shape (plus provenance under ``metadata``).
 
-        ``verify_turn="omit"`` moves the verifier step out of ``steps`` (the conversation) to
-        ``verification``; the reward is the same either way.
+        Where the verifier step goes: a turn of the conversation (``env_output``, as OpenEnv's
+        RFC 010 example maps ``verify_result``), or, with ``"omit"``, out of ``steps`` to
+        ``verification`` (the official AWM agent never shows the verifier to the policy), the
+        agent's answer then kept as ``final_answer``. The reward is the same either way.
         """
-        if verify_turn not in VERIFY_TURNS:
-            raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")
         rt = self.runtime
-        omit = verify_turn == "omit" and self._verify_step is not None
         record: dict[str, Any] = {
             "scenario": self.scenario, "task": self.task, "task_idx": self.task_idx if self.task_idx is not None else -1,
-            "tools": rt.tools, "steps": [s for s in self.steps if not (omit and s is self._verify_step)],
+            "tools": rt.tools, **verify_turn_fields(self.steps, self._verify_step, verify_turn),
             "reward": self.reward if self.reward is not None else rt.rewards.other,
             "reward_type": self.reward_type or "unfinished",
             "metadata": {"source": "echo-trl capture (local AWM runtime)", "containment": rt.containment.applied(),
                          "notes": self.notes, "scenario_sources": rt.scenario.sources,
                          "format_errors": self.format_errors, "verifier_reward": self.verifier_reward},
         }
-        if omit:
-            record["verification"] = self._verify_step
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
+
+
+def verify_turn_fields(steps: list[dict[str, Any]], verify_step: dict[str, Any] | None,
+                       verify_turn: str) -> dict[str, Any]:
+    """A record's ``steps`` (and ``verification`` / ``final_answer`` when the verifier turn is omitted)."""
+    if verify_turn not in VERIFY_TURNS:
+        raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")
+    if verify_turn == "env_output" or verify_step is None:
+        return {"steps": steps}
+    out = {"steps": [s for s in steps if s is not verify_step], "verification": verify_step}
+    answer = verify_step["action"]["arguments"].get("final_answer")
+    return out if answer is None else {**out, "final_answer": answer}
 
 
 def start_runtime(scenario: Scenario, **kwargs: Any) -> AWMRuntime:

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...errors import EchoTrlError
+from .episode import verify_turn_fields
 
 HIDDEN_TOOLS = ("verify", "done", "__list_scenarios__")
 
@@ -183,15 +184,12 @@ class RemoteEpisode:
             self.client.step("done", {})
 
     def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
-        omit = verify_turn == "omit" and self._verify_step is not None
         record = {"scenario": self.scenario, "task": self.task, "task_idx": self.task_idx, "tools": self.runtime.tools,
-                  "steps": [s for s in self.steps if not (omit and s is self._verify_step)],
+                  **verify_turn_fields(self.steps, self._verify_step, verify_turn),
                   "reward": self.reward if self.reward is not None else 0.0,
                   "reward_type": self.reward_type or "unfinished",
                   "metadata": {"source": f"OpenEnv agent_world_model_env at {self.client.ws_url}", "notes": self.notes,
                                "format_errors": self.format_errors}}
-        if omit:
-            record["verification"] = self._verify_step
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
