@@ -19,7 +19,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_one_online_step_with_lora(tmp_path):
+def _run_example(tmp_path, *args: str) -> dict:
+    """Run examples/train_online_awm.py for one step with a tiny random model; the logged step."""
     from conftest import tiny_tokenizer
 
     from echo_trl.tiny import build_tiny_model
@@ -32,49 +33,36 @@ def test_one_online_step_with_lora(tmp_path):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     out = tmp_path / "out"
-    rc = module.main(["--model_name_or_path", str(tmp_path / "model"), "--awm_data", str(REPO / "data" / "awm_scenarios"),
-                      "--awm_scenario", "library_1", "--awm_tasks", "0", "1", "--output_dir", str(out),
+    rc = module.main(["--model_name_or_path", str(tmp_path / "model"), "--output_dir", str(out),
                       "--use_cpu", "true", "--bf16", "false", "--dtype", "float32", "--max_steps", "1",
-                      "--per_device_train_batch_size", "2", "--num_generations", "2", "--max_completion_length", "16",
+                      "--num_generations", "2", "--max_completion_length", "16",
                       "--max_tool_calling_iterations", "1", "--report_to", "none", "--save_strategy", "no",
-                      "--gradient_checkpointing", "false", "--disable_tqdm", "true", "--logging_steps", "1",
-                      "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"])
+                      "--gradient_checkpointing", "false", "--disable_tqdm", "true", "--logging_steps", "1", *args])
     assert rc == 0
     logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    step = next(h for h in logs if "world/coeff" in h)
+    return next(h for h in logs if "world/coeff" in h)
+
+
+def test_one_online_step_with_lora(tmp_path):
+    step = _run_example(tmp_path, "--awm_data", str(REPO / "data" / "awm_scenarios"), "--awm_scenario", "library_1",
+                        "--awm_tasks", "0", "1", "--per_device_train_batch_size", "2",
+                        "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
     assert "rewards/AWMEnv_library_1/mean" in step  # the AWM verifier scored the rollouts
+    out = tmp_path / "out"
     assert (out / "adapter_model.safetensors").exists()
     assert "## ECHO training" in (out / "README.md").read_text()
 
 
 def test_one_online_run_trains_over_two_scenarios(tmp_path):
     """library_1 (bundled) + content_platform_1 (shared AWM-1K sample) in one run, one server pool."""
-    from conftest import AWM1K_SAMPLES, descendant_pids, require_shared, tiny_tokenizer
-
-    from echo_trl.tiny import build_tiny_model
+    from conftest import AWM1K_SAMPLES, descendant_pids, require_shared
 
     samples = require_shared(AWM1K_SAMPLES)
     children = descendant_pids()
-    tok = tiny_tokenizer("qwen3")
-    build_tiny_model(tok, "qwen3", hidden_size=32, num_layers=2, num_heads=4).save_pretrained(tmp_path / "model")
-    tok.save_pretrained(tmp_path / "model")
-    spec = importlib.util.spec_from_file_location("train_online_awm", REPO / "examples" / "train_online_awm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    out = tmp_path / "out"
     # 2 prompts (library_1 task 0, content_platform_1 task 0, interleaved) x 2 generations in one batch
-    rc = module.main(["--model_name_or_path", str(tmp_path / "model"),
-                      "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
-                      "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0", "--awm_max_servers", "1",
-                      "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-                      "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2",
-                      "--max_completion_length", "16", "--max_tool_calling_iterations", "1", "--report_to", "none",
-                      "--save_strategy", "no", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
-                      "--logging_steps", "1"])
-    assert rc == 0
-    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    step = next(h for h in logs if "world/coeff" in h)
+    step = _run_example(tmp_path, "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
+                        "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
+                        "--awm_max_servers", "1", "--per_device_train_batch_size", "4")
     for name in ("library_1", "content_platform_1"):  # each scenario's verifier scored its own rollouts
         value = step[f"rewards/AWMEnv_{name}/mean"]
         assert value == value  # not NaN: rollouts of this scenario were in the batch
@@ -84,28 +72,10 @@ def test_one_online_run_trains_over_two_scenarios(tmp_path):
 
 def test_one_online_step_in_the_official_awm_agent_format(tmp_path):
     """--awm_format awm-agent: one environment class with list_tools/call_tool serves both scenarios."""
-    from conftest import AWM1K_SAMPLES, require_shared, tiny_tokenizer
-
-    from echo_trl.tiny import build_tiny_model
+    from conftest import AWM1K_SAMPLES, require_shared
 
     samples = require_shared(AWM1K_SAMPLES)
-    tok = tiny_tokenizer("qwen3")
-    build_tiny_model(tok, "qwen3", hidden_size=32, num_layers=2, num_heads=4).save_pretrained(tmp_path / "model")
-    tok.save_pretrained(tmp_path / "model")
-    spec = importlib.util.spec_from_file_location("train_online_awm", REPO / "examples" / "train_online_awm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    out = tmp_path / "out"
-    rc = module.main(["--model_name_or_path", str(tmp_path / "model"), "--awm_format", "awm-agent",
-                      "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
-                      "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
-                      "--output_dir", str(out), "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-                      "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "2",
-                      "--max_completion_length", "16", "--max_tool_calling_iterations", "1", "--report_to", "none",
-                      "--save_strategy", "no", "--gradient_checkpointing", "false", "--disable_tqdm", "true",
-                      "--logging_steps", "1"])
-    assert rc == 0
-    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    step = next(h for h in logs if "world/coeff" in h)
+    step = _run_example(tmp_path, "--awm_format", "awm-agent", "--awm_data", str(REPO / "data" / "awm_scenarios"),
+                        str(samples), "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
+                        "--per_device_train_batch_size", "4")
     assert step["rewards/AWMAgentEnv/mean"] == step["rewards/AWMAgentEnv/mean"]  # scored, not NaN

@@ -21,7 +21,6 @@ are open, and TRL's sequential tool loop never waits.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import itertools
 import os
@@ -127,13 +126,13 @@ class PoolStats:
     waits: int = 0
 
 
-_pools: weakref.WeakSet[ServerPool] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    for pool in list(_pools):
-        pool.close()
+def _shutdown(slots: dict[int, _Slot], root: Path) -> None:
+    """Stop every server of a pool and remove its dir (a finalizer: also at exit, also if never closed)."""
+    items = list(slots.values())
+    slots.clear()
+    for slot in items:
+        _close_slot(slot)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 class ServerPool:
@@ -170,7 +169,7 @@ class ServerPool:
         self._cond = threading.Condition()
         self._prepare_lock = threading.Lock()
         self._closed = False
-        _pools.add(self)
+        self._finalizer = weakref.finalize(self, _shutdown, self._slots, self.root)
 
     # -- scenarios ---------------------------------------------------------------------------
 
@@ -331,13 +330,8 @@ class ServerPool:
             if self._closed:
                 return
             self._closed = True
-            slots = list(self._slots.values())
-            self._slots.clear()
             self._cond.notify_all()
-        for slot in slots:
-            _close_slot(slot)
-        shutil.rmtree(self.root, ignore_errors=True)
-        _pools.discard(self)
+        self._finalizer()
 
     @property
     def closed(self) -> bool:
