@@ -146,6 +146,23 @@ def test_capture_from_openenv_server(server, tmp_path):
     assert len(trajs) == 2 and not skipped
 
 
+def test_awm_agent_turns_on_an_openenv_server(server):
+    from echo_trl import awm_agent
+    from echo_trl.envs.awm.agent_format import agent_reply
+    from echo_trl.envs.awm.openenv import RemoteEpisode
+
+    with OpenEnvAWMClient(server) as client:
+        ep = RemoteEpisode(client, "content_platform_1", 0)
+        assert agent_reply(ep, awm_agent.action_for_call("list_tools")).startswith("Available MCP Tools (34 tools):")
+        reply = agent_reply(ep, awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_search_channels",
+                                                                        "arguments": '{"query": "Kurzgesagt"}'}))
+        assert "Kurzgesagt" in reply
+        assert agent_reply(ep, awm_agent.action_for_call("subscribe")) == awm_agent.unknown_tool_text("subscribe")
+        assert ep.verify()["reward_type"] == "no_verifier" and ep.reward == -1.0 and ep.format_errors == 1
+        assert [s["action"]["tool_name"] for s in ep.steps] == ["search_channels", "subscribe", "verify"]
+        ep.close()
+
+
 def test_capture_cli_openenv(server, tmp_path):
     replay = tmp_path / "r.jsonl"
     replay.write_text(json.dumps({"task_idx": 2, "calls": [{"tool_name": "search_videos",

@@ -126,7 +126,7 @@ class RemoteEpisode:
         self._scenario = obs.get("scenario") or scenario
         self.task = obs.get("task") or ""
         tools = client.list_tools()
-        self.runtime = SimpleNamespace(tools=tools)
+        self.runtime = SimpleNamespace(tools=tools, tool_timeout=client.timeout)
         self.steps: list[dict[str, Any]] = []
         self.done = False
         self.reward: float | None = None
@@ -153,9 +153,16 @@ class RemoteEpisode:
         self.steps.append(step)
         return obs, data.get("reward")
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
-        obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
+                  refuse: str | None = None) -> dict[str, Any]:
+        """One tool call on the server; ``refuse``: rejected here with that error (see ``Episode.call_tool``)."""
+        if refuse is not None:
+            obs, reward = {"tool_name": tool_name, "error": refuse, "reward_type": "tool_not_found", "done": False,
+                           "metadata": {}}, -1.0
+            self.steps.append({"action": {"tool_name": tool_name, "arguments": arguments or {}}, "observation": obs,
+                               **(extra or {})})
+        else:
+            obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
         if obs.get("reward_type") in ("tool_not_found", "invalid_args", "invalid_action"):
             self.format_errors += 1
             if self.stop_on_format_error:  # the server itself goes on (AWM semantics); we stop asking
