@@ -28,7 +28,11 @@ EXTRA = [
     ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
     ("echo_trl.model_card", ["echo_card_section", "add_echo_section", "final_metrics"]),
     ("echo_trl.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
-    ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_task_dataset", "close_environments"]),
+    ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset",
+                                       "close_environments"]),
+    ("echo_trl.envs.awm.pool", ["ServerPool", "choose_slot"]),
+    ("echo_trl.envs.awm.agent_format", ["awm_agent_environment_factory", "agent_reply"]),
+    ("echo_trl.envs.awm.policy", ["normalize_timestamps"]),
     ("echo_trl.envs.awm.scenario", ["ScenarioSource"]),
 ]
 

@@ -92,7 +92,8 @@ def test_capture_cli_model_policy_records_logprobs(tmp_path):
     model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     out = tmp_path / "out"
     rc = cli(["capture", "--data", str(data), "--scenario", "content_platform_1", "--task-idx", "1", "--policy",
-              f"model:{model}", "--episodes", "2", "--max-new-tokens", "24", "--max-steps", "2", "--output", str(out)])
+              f"model:{model}", "--episodes", "2", "--max-new-tokens", "24", "--max-steps", "2", "--output", str(out),
+              "--system-prompt", 'Reply in JSON like {"tool": ...} in {scenario}.'])  # braces are text
     assert rc == 0
     records = [json.loads(x) for x in (out / "content_platform_1_task1.jsonl").read_text().splitlines()]
     assert len(records) == 2
@@ -105,3 +106,112 @@ def test_capture_cli_model_policy_records_logprobs(tmp_path):
         assert rec["steps"][-1]["observation"]["done"]
     trajs, skipped = load_awm_episodes([out])
     assert len(trajs) == 2 and not skipped and trajs[0].behavior_logprobs == records[0]["behavior_logprobs"]
+
+
+# -- replaying recorded episodes -----------------------------------------------------------------
+
+LIBRARY = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+
+
+def test_normalize_timestamps():
+    from echo_trl.envs.awm.policy import normalize_timestamps
+
+    text = ('{"created_at": "2025-09-09T03:51:08", "at": "2026-06-14 03:51:08.123456+00:00", "z": "2025-01-02T03:04Z", '
+            '"due": "2025-04-04", "isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}')
+    assert normalize_timestamps(text) == (
+        '{"created_at": "<datetime>", "at": "<datetime>", "z": "<datetime>", "due": "<date>", '
+        '"isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}')
+    assert normalize_timestamps("no dates") == "no dates"
+
+
+def test_recorded_episodes_become_scripts(tmp_path, captured_episode):
+    from echo_trl.envs.awm.policy import is_recorded_episode
+
+    rec = json.loads(captured_episode.read_text())
+    assert is_recorded_episode(rec) and not is_recorded_episode(SCRIPTS[0])
+    (script,) = ReplayPolicy.from_file(captured_episode).scripts
+    assert script.scenario == "e_commerce_33" and script.task_idx == 0 and script.verify
+    assert [c[0] for c in script.calls] == [s["action"]["tool_name"] for s in rec["steps"][:-1]]
+    assert len(script.expected) == len(rec["steps"])  # every recorded observation, the verifier's included
+    # AWM's trajectory.json: list_tools is context, call_tool steps are replayed, verify is the verifier
+    traj = {"scenario": "library_1", "task": "t", "task_idx": 3, "steps": 3, "trajectory": [
+        {"action": "list_tools", "result": {"tools": []}},
+        {"action": "call_tool", "tool_name": "search_members", "arguments": '{"query": "Priya"}', "success": True,
+         "result": "{}"},
+        {"action": "verify", "arguments": {"final_answer": "done"}, "verify_result": {"result": "complete"},
+         "reward": 1.0}]}
+    (tmp_path / "trajectory.json").write_text(json.dumps(traj))
+    (s,) = ReplayPolicy.from_file(tmp_path).scripts
+    assert (s.task_idx, s.calls, s.final_answer, s.verify) == (3, [("search_members", {"query": "Priya"})], "done", True)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({**rec, "steps": [{"action": {"tool_name": 3}, "observation": {}}]}))
+    with pytest.raises(PolicyError, match=r"bad.jsonl:1: steps\[0\].action.tool_name: expected a string"):
+        ReplayPolicy.from_file(tmp_path / "bad.jsonl")
+
+
+def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
+    first, again = tmp_path / "first", tmp_path / "again"
+    base = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--task-idx", "4"]
+    assert cli([*base, "--policy", f"replay:{LIBRARY / 'solutions.jsonl'}", "--episodes", "6",
+                "--output", str(first)]) == 0
+    recorded = [json.loads(x) for f in sorted(first.glob("*.jsonl")) for x in f.read_text().splitlines()]
+    assert len(recorded) == 12 and {r["reward"] for r in recorded} == {1.0, 0.0, -1.0}
+    assert cli([*base, "--policy", f"replay:{first}", "--output", str(again)]) == 0
+    replayed = [json.loads(x) for f in sorted(again.glob("*.jsonl")) for x in f.read_text().splitlines()]
+    assert len(replayed) == 12  # each recording once
+    total = sum(len(r["steps"]) for r in recorded)
+    assert all(s["replay_match"] for r in replayed for s in r["steps"])
+    assert [r["reward"] for r in replayed] == [r["reward"] for r in recorded]
+    log = (again / "capture_log.txt").read_text()
+    assert f"replay check total: {total}/{total} live observations equal the recorded ones" in log
+    # a recording that does not match the live scenario is reported step by step
+    lines = (first / "library_1_task0.jsonl").read_text().splitlines()
+    tampered = json.loads(lines[0])
+    tampered["steps"][1]["observation"]["tool_result"] = tampered["steps"][1]["observation"]["tool_result"].replace(
+        "Project Hail Mary", "Project Hail Marx")
+    (tmp_path / "t.jsonl").write_text(json.dumps(tampered) + "\n")
+    assert cli([*base[:5], "--policy", f"replay:{tmp_path / 't.jsonl'}", "--output", str(tmp_path / "t")]) == 0
+    log = (tmp_path / "t" / "capture_log.txt").read_text()
+    n = len(tampered["steps"])
+    assert f"{n - 1}/{n} same [1:same 2:DIFFERENT 3:same" in log
+
+
+def test_a_mid_episode_format_error_is_captured_in_full(tmp_path):
+    script = {"task_idx": 0, "calls": [
+        {"tool_name": "search_members", "arguments": {"query": "Priya Raman"}},
+        {"tool_name": "checkout_copy", "arguments": {"member_id": "one", "barcode": "31994002104119"}},
+        {"tool_name": "checkout_copy", "arguments": {"member_id": 1, "barcode": "31994002104119"}}],
+        "final_answer": "Checked out."}
+    replay = tmp_path / "r.jsonl"
+    replay.write_text(json.dumps(script) + "\n")
+    base = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--policy", f"replay:{replay}"]
+    assert cli([*base, "--output", str(tmp_path / "full")]) == 0
+    rec = json.loads((tmp_path / "full" / "library_1_task0.jsonl").read_text())
+    assert [s["observation"]["reward_type"] for s in rec["steps"]] == [
+        "tool_call_ok", "invalid_args", "tool_call_ok", "complete"]  # the task got done after the error ...
+    assert rec["reward"] == -1.0 and rec["reward_type"] == "format_error"  # ... the reward stays -1.0, as in AWM
+    assert rec["metadata"]["verifier_reward"] == 1.0
+    assert cli([*base, "--stop-on-format-error", "--output", str(tmp_path / "stop")]) == 0
+    rec = json.loads((tmp_path / "stop" / "library_1_task0.jsonl").read_text())
+    assert [s["observation"]["reward_type"] for s in rec["steps"]] == ["tool_call_ok", "invalid_args"]
+    assert rec["reward"] == -1.0
+    assert cli([*base, "--verify-turn", "omit", "--output", str(tmp_path / "omit")]) == 0
+    rec = json.loads((tmp_path / "omit" / "library_1_task0.jsonl").read_text())
+    assert [s["action"]["tool_name"] for s in rec["steps"]] == ["search_members", "checkout_copy", "checkout_copy"]
+    assert rec["verification"]["observation"]["reward_type"] == "complete"
+    (traj,), _ = load_awm_episodes([tmp_path / "omit"])
+    assert "verify" not in json.dumps(traj.completion) and traj.reward == -1.0
+
+
+def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
+    from echo_trl.tiny import ensure_tiny_model
+
+    model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
+    out = tmp_path / "out"
+    assert cli(["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--policy",
+                f"model:{model}", "--format", "awm-agent", "--max-new-tokens", "8", "--max-steps", "2",
+                "--output", str(out)]) == 0
+    rec = json.loads((out / "library_1_task0.jsonl").read_text())
+    assert rec["metadata"]["format"] == "awm-agent"
+    assert "verification" in rec and all(s["action"]["tool_name"] != "verify" for s in rec["steps"])  # omit default
+    assert rec["verification"]["action"]["tool_name"] == "verify" and rec["behavior_logprobs"]
+    assert "verifier turn: omit" in (out / "capture_log.txt").read_text()

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from echo_trl.envs.awm.environment import (
+    awm_environment_factories,
     awm_environment_factory,
     awm_task_dataset,
     close_environments,
     make_tool_method,
 )
+from echo_trl.envs.awm.pool import ServerPool
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
@@ -24,14 +26,18 @@ SUBSCRIBED = ("def verify_task_completion(initial_db_path, final_db_path, final_
               "    return {'result': 'complete' if n else 'others'}\n")
 
 
-@pytest.fixture(scope="module")
-def factory():
+def _scenario():
     if not SAMPLES.is_dir():
         pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
     sc = ScenarioSource.from_dir(SAMPLES).load("content_platform_1")
     # the sample has no verifier: give task 0 a small one (subscribed to channel 1?) to see rewards move
     sc.verifiers[(0, "code")] = VerifierSpec(sc.name, 0, "code", SUBSCRIBED, "verify_task_completion", "test")
-    f = awm_environment_factory(sc)
+    return sc
+
+
+@pytest.fixture(scope="module")
+def factory():
+    f = awm_environment_factory(_scenario())
     yield f
     close_environments()
 
@@ -46,12 +52,41 @@ def test_tools_are_methods_trl_and_transformers_accept(factory):
 
     cls = factory.environment_class
     names = _tool_names(cls)
-    assert len(names) == 34 and "search_channels" in names
+    assert len(names) == 35 and "search_channels" in names and "verify" in names  # 34 MCP tools + verify
     schemas = {n: get_json_schema(getattr(cls, n)) for n in names}
     s = schemas["search_channels"]["function"]
     assert s["parameters"]["required"] == ["query"]
     assert s["parameters"]["properties"]["query"]["type"] == "string"
     assert "### Responses" not in s["description"]
+    assert s["parameters"]["properties"]["limit"]["description"].endswith("(default: 10)")
+    assert schemas["verify"]["function"]["parameters"]["properties"]["final_answer"]["type"] == "string"
+
+
+def test_schema_defaults_and_enums_reach_the_schema_trl_derives(factory):
+    """TRL renders each tool method through transformers' get_json_schema: count what survives."""
+    from transformers.utils import get_json_schema
+
+    cls = factory.environment_class
+    props = [p for t in cls._tools for p in (t["inputSchema"].get("properties") or {}).values()]
+    derived = [p for n in _tool_names(cls) if n != "verify"
+               for p in get_json_schema(getattr(cls, n))["function"]["parameters"]["properties"].values()]
+    assert len(derived) == len(props)
+    with_default = sum("default" in p for p in props)
+    assert with_default == 16  # content_platform_1's MCP schemas (what the issue counted)
+    assert sum("(default: " in p["description"] for p in derived) == with_default
+    assert sum("enum" in p for p in derived) == sum("enum" in p for p in props)
+
+
+def test_argument_docs_keep_defaults_and_choices_json_schema_parses():
+    from transformers.utils import get_json_schema
+
+    tool = {"name": "t", "description": "T.", "inputSchema": {"type": "object", "properties": {
+        "order": {"type": "string", "enum": ["asc", "desc"], "default": "asc", "description": "Sort (a) order."},
+        "n": {"type": "integer", "default": 5}}}}
+    schema = get_json_schema(make_tool_method(tool, "t"))["function"]["parameters"]["properties"]
+    assert schema["order"]["enum"] == ["asc", "desc"]
+    assert schema["order"]["description"] == 'Sort (a) order. (default: "asc")'
+    assert schema["n"]["description"] == "n (default: 5)"
 
 
 def test_reset_tools_and_reward(factory):
@@ -67,8 +102,61 @@ def test_reset_tools_and_reward(factory):
     assert env.get_reward() == 0.0
     env.reset(task_idx=0)
     assert env.search_channels(query=5).startswith("Input validation error")
+    assert '"subscription"' in env.subscribe_to_channel(channel_id=1)  # AWM: the rollout goes on
+    assert env.get_reward() == -1.0  # ... and its reward stays the format-error reward
+    assert env._episode.verifier_reward == 1.0
+
+
+def test_verify_tool_ends_the_episode_in_the_conversation(factory):
+    import json
+
+    env = factory()
+    env.reset(task_idx=0)
     env.subscribe_to_channel(channel_id=1)
-    assert env.get_reward() == -1.0  # a format error in the rollout
+    out = env.verify(final_answer="Subscribed.")
+    assert json.loads(out)["result"] == "complete"
+    assert env.search_channels(query="x") == "the episode has ended; start a new episode"
+    assert env.get_reward() == 1.0
+    record = env._episode_record()
+    assert record["steps"][-2]["action"]["tool_name"] == "verify" and "verification" not in record
+
+
+def test_omit_and_stop_on_format_error():
+    with ServerPool(1) as pool:
+        f = awm_environment_factory(_scenario(), verify_turn="omit", stop_on_format_error=True, pool=pool)
+        cls = f.environment_class
+        assert "verify" not in _tool_names(cls) and len(_tool_names(cls)) == 34
+        env = f()
+        env.reset(task_idx=0)
+        env.subscribe_to_channel(channel_id=1)
+        assert env.get_reward() == 1.0
+        record = env._episode_record()
+        assert [s["action"]["tool_name"] for s in record["steps"]] == ["subscribe_to_channel"]
+        assert record["verification"]["observation"]["reward_type"] == "complete"
+        env.reset(task_idx=0)
+        env.search_channels(query=5)
+        assert env.subscribe_to_channel(channel_id=1) == "the episode has ended; start a new episode"
+        assert env.get_reward() == -1.0
+
+
+def test_rows_route_to_their_scenarios_environment(tmp_path):
+    library = ScenarioSource.from_dir(Path(__file__).resolve().parents[1] / "data" / "awm_scenarios").load("library_1")
+    content = _scenario()
+    brace = 'Answer as JSON like {"ok": true} in {scenario}.'
+    ds = awm_task_dataset([library, content], {"library_1": [0, 1], "content_platform_1": [0]}, system_prompt=brace)
+    assert ds["environment"] == ds["scenario"] == ["library_1", "content_platform_1", "library_1"]
+    assert ds["prompt"][1][0]["content"] == 'Answer as JSON like {"ok": true} in content_platform_1.'
+    with ServerPool(1) as pool:
+        factories = awm_environment_factories([library, content], pool=pool)
+        env = factories["library_1"]()
+        with pytest.raises(ValueError, match="got a row of scenario 'content_platform_1'"):
+            env.reset(**{k: ds[1][k] for k in ("prompt", "task_idx", "scenario")})
+        env.reset(**{k: ds[0][k] for k in ("prompt", "task_idx", "scenario")})
+        other = factories["content_platform_1"]()
+        other.reset(**{k: ds[1][k] for k in ("prompt", "task_idx", "scenario")})
+        assert '"members"' in env.search_members(query="Priya Raman")
+        assert "Kurzgesagt" in other.search_channels(query="Kurzgesagt")
+        assert len(pool.live_servers()) == 1 and env._pool is other._pool is pool
 
 
 def test_make_tool_method_maps_names_and_drops_unset_optionals():
@@ -113,3 +201,4 @@ def test_plain_grpo_trainer_runs_online_steps(factory, tmp_path):
     assert all(key in h for h in logs)
     envs = trainer.environments
     assert len(envs) == 2 and all(e._episode is not None and e._episode.done for e in envs)
+    assert len(envs[0]._pool.live_servers()) == 1  # rollouts share the scenario's server, each on its own database

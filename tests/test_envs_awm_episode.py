@@ -53,12 +53,16 @@ def test_tool_calls_become_the_right_observations_and_roles(runtime):
     assert missing["reward_type"] == "server_error" and "Status code: 500" in missing["error"]
     assert not missing["done"]
     bad = ep.call_tool("search_channels", {"query": 12})
-    assert bad["reward_type"] == "invalid_args" and "not of type 'string'" in bad["error"] and bad["done"]
-    assert ep.done and ep.reward == -1.0
+    assert bad["reward_type"] == "invalid_args" and "not of type 'string'" in bad["error"] and not bad["done"]
+    assert not ep.done  # AWM: the episode goes on after a format error ...
+    assert ep.verify()["reward_type"] == "no_verifier"
+    assert ep.reward == -1.0 and ep.reward_type == "format_error" and ep.verifier_reward == 0.0  # ... at -1.0
     record = ep.record()
     ep.close()
     assert [s["observation"]["reward_type"] for s in record["steps"]] == [
-        "tool_call_ok", "tool_call_ok", "server_error", "invalid_args"]
+        "tool_call_ok", "tool_call_ok", "server_error", "invalid_args", "no_verifier"]
+    assert record["reward"] == -1.0 and record["metadata"]["format_errors"] == 1
+    record["steps"].pop()  # the roles of the tool steps
     traj = awm_episode_to_trajectory(record)
     roles = traj.message_roles()
     assert roles[:2] == [Role.CONTEXT, Role.CONTEXT]
@@ -69,7 +73,8 @@ def test_tool_calls_become_the_right_observations_and_roles(runtime):
     assert traj.reward == -1.0
 
 
-def test_unknown_tool_and_reset(runtime):
+def test_unknown_tool_and_reset(runtime, monkeypatch):
+    monkeypatch.setattr(runtime, "format_error_ends_episode", True)  # the stricter rule: stop at the first one
     ep = runtime.new_episode(0)
     # the previous episode's subscription is gone: the database was restored from the snapshot
     assert ep.call_tool("subscribe_to_channel", {"channel_id": 1})["reward_type"] == "tool_call_ok"

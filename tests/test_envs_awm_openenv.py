@@ -133,10 +133,34 @@ def test_capture_from_openenv_server(server, tmp_path):
     assert rec["steps"][-1]["observation"]["verify_result"]["result"] == "others"
     assert len(rec["tools"]) == 34
     bad = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1)
-    assert bad["reward"] == -1.0 and bad["steps"][-1]["observation"]["error"] == "Unknown tool: subscribe"
+    assert bad["reward"] == -1.0 and bad["steps"][0]["observation"]["error"] == "Unknown tool: subscribe"
+    assert bad["steps"][-1]["action"]["tool_name"] == "verify"  # AWM: the episode went on to the verifier
+    stop = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1,
+                                   stop_on_format_error=True, verify_turn="omit")
+    assert stop["reward"] == -1.0 and [s["action"]["tool_name"] for s in stop["steps"]] == ["subscribe"]
+    omit = capture_openenv_episode(server, "content_platform_1", 0, policy, verify_turn="omit")
+    assert [s["action"]["tool_name"] for s in omit["steps"]] == ["search_channels", "subscribe_to_channel"]
+    assert omit["verification"]["observation"]["verify_result"]["result"] == "others"
     (tmp_path / "e.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(bad) + "\n")
     trajs, skipped = load_awm_episodes([tmp_path])
     assert len(trajs) == 2 and not skipped
+
+
+def test_awm_agent_turns_on_an_openenv_server(server):
+    from echo_trl import awm_agent
+    from echo_trl.envs.awm.agent_format import agent_reply
+    from echo_trl.envs.awm.openenv import RemoteEpisode
+
+    with OpenEnvAWMClient(server) as client:
+        ep = RemoteEpisode(client, "content_platform_1", 0)
+        assert agent_reply(ep, awm_agent.action_for_call("list_tools")).startswith("Available MCP Tools (34 tools):")
+        reply = agent_reply(ep, awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_search_channels",
+                                                                        "arguments": '{"query": "Kurzgesagt"}'}))
+        assert "Kurzgesagt" in reply
+        assert agent_reply(ep, awm_agent.action_for_call("subscribe")) == awm_agent.unknown_tool_text("subscribe")
+        assert ep.verify()["reward_type"] == "no_verifier" and ep.reward == -1.0 and ep.format_errors == 1
+        assert [s["action"]["tool_name"] for s in ep.steps] == ["search_channels", "subscribe", "verify"]
+        ep.close()
 
 
 def test_capture_cli_openenv(server, tmp_path):

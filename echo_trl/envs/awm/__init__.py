@@ -10,8 +10,10 @@ One module per job::
     mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)
     verifier.py     code verifiers in a short-lived sandboxed process -> reward
     episode.py      AWMRuntime (one live scenario) and Episode (steps in the OpenEnv capture shape)
-    policy.py       replay scripts and model policies for ``echo-trl capture``
-    environment.py  TRL ``environment_factory`` (online GRPO / ECHO)
+    policy.py       replay scripts / recorded episodes and model policies for ``echo-trl capture``
+    pool.py         scenario servers started lazily, pooled under a bound; sessions own their databases
+    environment.py  TRL ``environment_factory`` (online GRPO / ECHO), one or many scenarios
+    agent_format.py the official AWM agent's format, live (capture model policy, two-tool TRL environment)
     openenv.py      client for an upstream OpenEnv ``agent_world_model_env`` server
 
 Heavy imports happen on first use of a name.
@@ -31,6 +33,8 @@ _EXPORTS = {
     "AWMRuntime": "episode", "Episode": "episode",
     "ReplayPolicy": "policy", "ModelPolicy": "policy", "PolicyError": "policy",
     "awm_environment_factory": "environment", "awm_task_dataset": "environment",
+    "awm_environment_factories": "environment", "ServerPool": "pool", "PoolError": "pool",
+    "awm_agent_environment_factory": "agent_format", "AWMAgentModelPolicy": "agent_format",
     "close_environments": "environment", "AWMEnvironment": "environment",
     "OpenEnvAWMClient": "openenv", "capture_openenv_episode": "openenv",
 }

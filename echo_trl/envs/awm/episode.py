@@ -15,6 +15,11 @@ errors, AWM reward -1.0); ``tool_error`` (the tool refused, e.g. 404); ``timeout
 ``server_error`` (the environment failed: the episode ends); for the final ``verify`` step the
 verifier's outcome (``complete``, ``others``, ``incomplete``, ``judge_error``, ``no_verifier``).
 
+Format errors follow AWM's semantics by default: the episode goes on (the official agent and
+OpenEnv's AWM environment let the agent recover), and its reward stays the format-error reward
+(-1.0) whatever the verifier says; the verifier's own reward is kept as ``verifier_reward``.
+``format_error_ends_episode=True`` restores the stricter rule (end at the first format error).
+
 Cleanup is unconditional: ``close()`` (also via ``with``, ``atexit`` and garbage collection)
 kills the server's process group and removes the temp directory, whatever happened.
 """
@@ -33,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from ...awm import VERIFY_TURNS
 from . import sandbox
 from .database import BuildReport, build_database, copy_database
 from .mcp_client import MCPError, MCPSession
@@ -97,7 +103,7 @@ class AWMRuntime:
 
     def __init__(self, scenario: Scenario, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
                  verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
-                 format_error_ends_episode: bool = True, containment: sandbox.Containment | None = None,
+                 format_error_ends_episode: bool = False, containment: sandbox.Containment | None = None,
                  keep_dir: bool = False, unsafe_no_sandbox: bool = False):
         self.scenario = scenario
         self.tool_timeout, self.verifier_timeout = tool_timeout, verifier_timeout
@@ -230,23 +236,37 @@ class AWMRuntime:
     def run_verifier(self, task_idx: int | None, *, final_answer: str | None = None, task: str = "",
                      trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
         """Verify the live database against the initial snapshot (no verifier -> ``no_verifier``)."""
-        spec = self.scenario.verifier(task_idx, self.verifier_mode) if task_idx is not None else None
-        if spec is None:
-            return VerifyOutcome("no_verifier", {"verifier_mode": self.verifier_mode, "result": "others",
-                                                 "execution_status": "error",
-                                                 "error_message": f"no {self.verifier_mode} verifier for task "
-                                                                  f"{task_idx} of scenario {self.scenario.name!r}"})
         assert self.root is not None
-        work = Path(tempfile.mkdtemp(prefix="v", dir=self.root / "verify"))
-        os.chmod(work, 0o755)
-        try:
-            outcome = run_verifier(spec, self.initial_db, self.live_db, work, final_answer=final_answer,
-                                   timeout=self.verifier_timeout, judge=self.judge, task=task, trajectory=trajectory,
-                                   containment=self.containment)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        outcome = verify_databases(self.scenario, task_idx, self.initial_db, self.live_db, self.root / "verify",
+                                   verifier_mode=self.verifier_mode, timeout=self.verifier_timeout, judge=self.judge,
+                                   containment=self.containment, final_answer=final_answer, task=task,
+                                   trajectory=trajectory)
         self.timings["verify"] = outcome.seconds
         return outcome
+
+
+def verify_databases(scenario: Scenario, task_idx: int | None, initial_db: Path, final_db: Path, work_root: Path, *,
+                     verifier_mode: str, timeout: float, judge: Judge | None, containment: sandbox.Containment,
+                     final_answer: str | None = None, task: str = "",
+                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+    """Run the task's verifier on ``final_db`` against ``initial_db`` (no verifier -> ``no_verifier``).
+
+    A function, not a runtime method, because a pooled session verifies its own database
+    copy without holding a server.
+    """
+    spec = scenario.verifier(task_idx, verifier_mode) if task_idx is not None else None
+    if spec is None:
+        return VerifyOutcome("no_verifier", {"verifier_mode": verifier_mode, "result": "others",
+                                             "execution_status": "error",
+                                             "error_message": f"no {verifier_mode} verifier for task "
+                                                              f"{task_idx} of scenario {scenario.name!r}"})
+    work = Path(tempfile.mkdtemp(prefix="v", dir=work_root))
+    os.chmod(work, 0o755)
+    try:
+        return run_verifier(spec, initial_db, final_db, work, final_answer=final_answer, timeout=timeout,
+                            judge=judge, task=task, trajectory=trajectory, containment=containment)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 class Episode:
@@ -259,6 +279,9 @@ class Episode:
         self.done = False
         self.reward: float | None = None
         self.reward_type: str | None = None
+        self.verifier_reward: float | None = None  # the outcome's reward, before the format-error rule
+        self.format_errors = 0
+        self._verify_step: dict[str, Any] | None = None
         self.notes = list(notes or [])
         self.behavior_logprobs: list[float] | None = None
         self.tool_names = {t["name"] for t in runtime.tools}
@@ -276,13 +299,21 @@ class Episode:
         return observation
 
     def _end(self, reward_type: str) -> None:
+        """End the episode; any format error on the way keeps the reward at the format-error reward."""
+        rewards = self.runtime.rewards
         self.done = True
-        self.reward_type = reward_type
-        self.reward = self.runtime.rewards.reward(reward_type)
+        self.verifier_reward = rewards.reward(reward_type)
+        penalised = self.format_errors and reward_type not in FORMAT_ERRORS
+        self.reward_type = "format_error" if penalised else reward_type
+        self.reward = rewards.format_error if penalised else self.verifier_reward
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
-        """Call one scenario tool over MCP and record the step; returns the observation."""
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
+                  refuse: str | None = None) -> dict[str, Any]:
+        """Call one scenario tool over MCP and record the step; returns the observation.
+
+        ``refuse``: the harness rejects the call itself with this error (an unknown tool, no
+        server asked): recorded as ``tool_not_found`` under the same format-error rule.
+        """
         arguments = {} if arguments is None else arguments
         if self.done:
             obs = {"tool_name": tool_name, "error": "the episode has ended; start a new episode",
@@ -290,7 +321,10 @@ class Episode:
             return self._record(tool_name, arguments, obs, extra)
         t0 = time.perf_counter()
         known = tool_name in self.tool_names
-        if not isinstance(arguments, dict):
+        if refuse is not None:
+            obs = {"tool_name": tool_name, "reward_type": "tool_not_found", "done": False, "metadata": {},
+                   "error": refuse}
+        elif not isinstance(arguments, dict):
             obs = {"tool_name": tool_name, "reward_type": "invalid_args", "done": False, "metadata": {},
                    "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}"}
             arguments = {"_raw": arguments}
@@ -314,9 +348,11 @@ class Episode:
                 obs = {"tool_name": tool_name, "tool_result": out.text, "reward_type": "tool_call_ok", "done": False,
                        "metadata": {}}
         obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
-        if obs["reward_type"] in FORMAT_ERRORS and self.runtime.format_error_ends_episode:
-            obs["done"] = True
-            self._end(obs["reward_type"])
+        if obs["reward_type"] in FORMAT_ERRORS:
+            if self.runtime.format_error_ends_episode:
+                obs["done"] = True
+                self._end(obs["reward_type"])
+            self.format_errors += 1
         return self._record(tool_name, arguments, obs, extra)
 
     def verify(self, final_answer: str | None = None) -> dict[str, Any]:
@@ -333,7 +369,9 @@ class Episode:
         self._end(outcome.reward_type)
         obs = {"tool_name": "verify", "verify_result": outcome.verify_result, "reward_type": outcome.reward_type,
                "done": True, "metadata": {"latency_s": round(outcome.seconds, 4)}}
-        return self._record("verify", args, obs)
+        self._record("verify", args, obs)
+        self._verify_step = self.steps[-1]
+        return obs
 
     def end_without_verifying(self, reason: str = "stopped") -> None:
         """Stop here with the 'other' reward (e.g. stopping early with verification disabled)."""
@@ -343,20 +381,39 @@ class Episode:
     def close(self) -> None:
         self.session.close()
 
-    def record(self) -> dict[str, Any]:
-        """The episode in the OpenEnv capture shape (plus provenance under ``metadata``)."""
+    def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
+        """The episode in the OpenEnv capture shape (plus provenance under ``metadata``).
+
+        Where the verifier step goes: a turn of the conversation (``env_output``, as OpenEnv's
+        RFC 010 example maps ``verify_result``), or, with ``"omit"``, out of ``steps`` to
+        ``verification`` (the official AWM agent never shows the verifier to the policy), the
+        agent's answer then kept as ``final_answer``. The reward is the same either way.
+        """
         rt = self.runtime
         record: dict[str, Any] = {
             "scenario": self.scenario, "task": self.task, "task_idx": self.task_idx if self.task_idx is not None else -1,
-            "tools": rt.tools, "steps": self.steps,
+            "tools": rt.tools, **verify_turn_fields(self.steps, self._verify_step, verify_turn),
             "reward": self.reward if self.reward is not None else rt.rewards.other,
             "reward_type": self.reward_type or "unfinished",
             "metadata": {"source": "echo-trl capture (local AWM runtime)", "containment": rt.containment.applied(),
-                         "notes": self.notes, "scenario_sources": rt.scenario.sources},
+                         "notes": self.notes, "scenario_sources": rt.scenario.sources,
+                         "format_errors": self.format_errors, "verifier_reward": self.verifier_reward},
         }
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
+
+
+def verify_turn_fields(steps: list[dict[str, Any]], verify_step: dict[str, Any] | None,
+                       verify_turn: str) -> dict[str, Any]:
+    """A record's ``steps`` (and ``verification`` / ``final_answer`` when the verifier turn is omitted)."""
+    if verify_turn not in VERIFY_TURNS:
+        raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")
+    if verify_turn == "env_output" or verify_step is None:
+        return {"steps": steps}
+    out = {"steps": [s for s in steps if s is not verify_step], "verification": verify_step}
+    answer = verify_step["action"]["arguments"].get("final_answer")
+    return out if answer is None else {**out, "final_answer": answer}
 
 
 def start_runtime(scenario: Scenario, **kwargs: Any) -> AWMRuntime:

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...errors import EchoTrlError
+from .episode import verify_turn_fields
 
 HIDDEN_TOOLS = ("verify", "done", "__list_scenarios__")
 
@@ -117,19 +118,23 @@ class OpenEnvAWMClient:
 class RemoteEpisode:
     """An episode on an OpenEnv server with the interface the capture policies drive."""
 
-    def __init__(self, client: OpenEnvAWMClient, scenario: str, task_idx: int, *, verifier_mode: str = "code"):
+    def __init__(self, client: OpenEnvAWMClient, scenario: str, task_idx: int, *, verifier_mode: str = "code",
+                 stop_on_format_error: bool = False):
         self.client, self.task_idx, self.verifier_mode = client, task_idx, verifier_mode
+        self.stop_on_format_error = stop_on_format_error
         obs = client.reset(scenario=scenario, task_idx=task_idx)
         self._scenario = obs.get("scenario") or scenario
         self.task = obs.get("task") or ""
         tools = client.list_tools()
-        self.runtime = SimpleNamespace(tools=tools)
+        self.runtime = SimpleNamespace(tools=tools, tool_timeout=client.timeout)
         self.steps: list[dict[str, Any]] = []
         self.done = False
         self.reward: float | None = None
         self.reward_type: str | None = None
         self.notes: list[str] = []
         self.behavior_logprobs: list[float] | None = None
+        self.format_errors = 0
+        self._verify_step: dict[str, Any] | None = None
 
     @property
     def scenario(self) -> str:
@@ -148,12 +153,21 @@ class RemoteEpisode:
         self.steps.append(step)
         return obs, data.get("reward")
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
-        obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
+    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
+                  refuse: str | None = None) -> dict[str, Any]:
+        """One tool call on the server; ``refuse``: rejected here with that error (see ``Episode.call_tool``)."""
+        if refuse is not None:
+            obs, reward = {"tool_name": tool_name, "error": refuse, "reward_type": "tool_not_found", "done": False,
+                           "metadata": {}}, -1.0
+            self.steps.append({"action": {"tool_name": tool_name, "arguments": arguments or {}}, "observation": obs,
+                               **(extra or {})})
+        else:
+            obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
         if obs.get("reward_type") in ("tool_not_found", "invalid_args", "invalid_action"):
-            self.done, self.reward_type, self.reward = True, obs["reward_type"], reward
-            obs["done"] = True
+            self.format_errors += 1
+            if self.stop_on_format_error:  # the server itself goes on (AWM semantics); we stop asking
+                self.done, self.reward_type, self.reward = True, obs["reward_type"], reward
+                obs["done"] = True
         return obs
 
     def verify(self, final_answer: str | None = None) -> dict[str, Any]:
@@ -161,8 +175,11 @@ class RemoteEpisode:
         if final_answer is not None:
             args["final_answer"] = final_answer
         obs, reward = self._step("verify", args)
+        self._verify_step = self.steps[-1]
         self.done, self.reward_type = True, obs.get("reward_type")
         self.reward = float(reward) if reward is not None else 0.0
+        if self.format_errors and self.reward > -1.0:  # AWM: a format error keeps the episode at -1.0
+            self.reward_type, self.reward = "format_error", -1.0
         return obs
 
     def end_without_verifying(self, reason: str = "stopped") -> None:
@@ -173,11 +190,13 @@ class RemoteEpisode:
         with contextlib.suppress(OpenEnvError):
             self.client.step("done", {})
 
-    def record(self) -> dict[str, Any]:
+    def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
         record = {"scenario": self.scenario, "task": self.task, "task_idx": self.task_idx, "tools": self.runtime.tools,
-                  "steps": self.steps, "reward": self.reward if self.reward is not None else 0.0,
+                  **verify_turn_fields(self.steps, self._verify_step, verify_turn),
+                  "reward": self.reward if self.reward is not None else 0.0,
                   "reward_type": self.reward_type or "unfinished",
-                  "metadata": {"source": f"OpenEnv agent_world_model_env at {self.client.ws_url}", "notes": self.notes}}
+                  "metadata": {"source": f"OpenEnv agent_world_model_env at {self.client.ws_url}", "notes": self.notes,
+                               "format_errors": self.format_errors}}
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
@@ -199,14 +218,16 @@ def _parse_reply(raw: str | bytes) -> dict[str, Any] | None:
 
 
 def capture_openenv_episode(base_url: str, scenario: str, task_idx: int, policy: Any, *, episode_index: int = 0,
-                            verifier_mode: str = "code", timeout: float = 60.0) -> dict[str, Any]:
+                            verifier_mode: str = "code", timeout: float = 60.0, stop_on_format_error: bool = False,
+                            verify_turn: str = "env_output") -> dict[str, Any]:
     """Play one episode on the server at ``base_url`` with ``policy`` (a replay or model policy)."""
     with OpenEnvAWMClient(base_url, timeout=timeout) as client:
-        episode = RemoteEpisode(client, scenario, task_idx, verifier_mode=verifier_mode)
+        episode = RemoteEpisode(client, scenario, task_idx, verifier_mode=verifier_mode,
+                                stop_on_format_error=stop_on_format_error)
         try:
             policy.play(episode, episode_index)
             if not episode.done:
                 episode.verify()
         finally:
             episode.close()
-        return episode.record()
+        return episode.record(verify_turn)

@@ -16,7 +16,17 @@ Replay file format (``--policy replay:FILE``)
 ``name`` for ``tool_name`` and ``args`` for ``arguments``. A task may
 have several scripts (e.g. a reference solution and realistic failures); episode *i* of a task
 plays its script ``i mod n``, so ``--episodes N`` gives groups whose rewards differ. A script
-stops early when the environment ends the episode (format error, server failure).
+stops early when the environment ends the episode (server failure; a format error too with
+``format_error_ends_episode``).
+
+Recorded episodes are replay input too: the OpenEnv capture shape (what ``echo-trl capture``
+writes) and AWM's ``trajectory.json``, as ``.json`` / ``.jsonl`` files or directories of them,
+read with :func:`echo_trl.awm.iter_episode_records` and validated by
+:func:`echo_trl.awm.awm_episode_to_trajectory` (errors name file, record and field). Their tool
+calls are replayed (a final ``verify`` step, or a ``verification`` entry, becomes the verifier
+run with the recorded final answer), and every step is compared with the recorded observation
+after :func:`normalize_timestamps` (databases built from AWM samples carry their creation
+time): the step gets ``"replay_match": true|false`` and the episode a note with the count.
 
 Model policy (``--policy model:PATH``)
 --------------------------------------
@@ -34,11 +44,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import EchoTrlError
+from ...awm import awm_episode_to_trajectory, iter_episode_records, serialize_output
+from ...errors import EchoTrlError, EpisodeError
 from .episode import Episode
 
 
@@ -50,6 +62,25 @@ class PolicyError(EchoTrlError):
 # Replay
 
 
+_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+_DATE = re.compile(r"(?<![\d-])\d{4}-\d{2}-\d{2}(?![\d-])")
+
+
+def normalize_timestamps(text: str) -> str:
+    """``text`` with ISO dates and date-times replaced by ``<date>`` / ``<datetime>``.
+
+    Why: AWM sample rows are inserted with ``datetime('now', ...)``, so the same episode replayed
+    on another day differs in exactly these places and nowhere else.
+    """
+    return _DATE.sub("<date>", _DATETIME.sub("<datetime>", text))
+
+
+def observation_text(obs: dict[str, Any]) -> str:
+    """What the agent saw of an observation (the text ``echo_trl.awm`` renders as ``env_output``)."""
+    return "\n".join(serialize_output(obs[k]) for k in ("tool_result", "error", "verify_result")
+                     if obs.get(k) is not None)
+
+
 @dataclass
 class Script:
     task_idx: int
@@ -59,34 +90,44 @@ class Script:
     label: str = ""
     scenario: str | None = None
     source: str = ""
+    expected: list[str] | None = None  # recorded observation text per call (+ the verifier's): replay check
 
 
 class ReplayPolicy:
-    """Plays scripted tool-call sequences (see the module docstring for the file format)."""
+    """Plays scripted or recorded tool-call sequences (see the module docstring for the formats)."""
 
     def __init__(self, scripts: list[Script]):
         self.scripts = scripts
 
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayPolicy:
+        """Scripts and recorded episodes from a file or a directory (``.json`` / ``.jsonl``)."""
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise PolicyError(f"replay file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-        items: list[tuple[str, Any]] = []
-        try:
-            if path.suffix == ".jsonl":
-                items = [(f"{path}:{n}", json.loads(line)) for n, line in enumerate(text.splitlines(), 1)
-                         if line.strip()]
-            else:
-                data = json.loads(text)
-                data = data.get("episodes") if isinstance(data, dict) else data
-                if not isinstance(data, list):
-                    raise PolicyError(f"{path}: expected a list of scripts or {{\"episodes\": [...]}}")
-                items = [(f"{path}:[{i}]", d) for i, d in enumerate(data)]
-        except ValueError as exc:
-            raise PolicyError(f"{path}: invalid JSON: {exc}") from None
-        return cls([_script(src, d) for src, d in items])
+        scripts: list[Script] = []
+        for rec in iter_episode_records([path]):
+            source = f"{rec.source}:{rec.record}" if rec.record else rec.source
+            if rec.error is not None:
+                raise PolicyError(str(rec.error))
+            items = rec.data.get("episodes") if isinstance(rec.data, dict) and "episodes" in rec.data else [rec.data]
+            if not isinstance(items, list):
+                raise PolicyError(f"{source}: episodes: expected a list of scripts")
+            for i, item in enumerate(items):
+                where = source if len(items) == 1 and items[0] is rec.data else f"{source}:episodes[{i}]"
+                scripts.append(_recorded(where, rec.source, rec.record, item) if is_recorded_episode(item)
+                               else _script(where, item))
+        if not scripts:
+            raise PolicyError(f"no replay scripts or recorded episodes in {path}")
+        return cls(scripts)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether every script is a recorded episode (then each is replayed once by default)."""
+        return all(s.expected is not None for s in self.scripts)
+
+    def count(self, scenario: str, task_idx: int) -> int:
+        return sum(1 for s in self.scripts if s.task_idx == task_idx and s.scenario in (None, scenario))
 
     def tasks(self, scenario: str) -> list[int]:
         return sorted({s.task_idx for s in self.scripts if s.scenario in (None, scenario)})
@@ -101,14 +142,68 @@ class ReplayPolicy:
         script = self.script_for(episode.scenario, episode.task_idx if episode.task_idx is not None else -1,
                                  episode_index)
         episode.notes.append(f"replay {script.source}" + (f" ({script.label})" if script.label else ""))
+        observed: list[dict[str, Any]] = []
         for name, args in script.calls:
-            obs = episode.call_tool(name, args)
-            if obs.get("done"):
-                return
-        if script.verify:
-            episode.verify(script.final_answer)
-        else:
-            episode.end_without_verifying("stopped")
+            observed.append(episode.call_tool(name, args))
+            if observed[-1].get("done"):
+                break
+        if not episode.done:
+            if script.verify:
+                observed.append(episode.verify(script.final_answer))
+            else:
+                episode.end_without_verifying("stopped")
+        if script.expected is not None:
+            _check_replay(episode, script.expected, observed)
+
+
+def _check_replay(episode: Episode, expected: list[str], observed: list[dict[str, Any]]) -> None:
+    """Mark each replayed step with whether its observation equals the recorded one (timestamps aside)."""
+    matches = [normalize_timestamps(observation_text(obs)) == normalize_timestamps(want)
+               for obs, want in zip(observed, expected, strict=False)]
+    for step, ok in zip(episode.steps[-len(observed):] if observed else [], matches, strict=True):
+        step["replay_match"] = ok
+    episode.notes.append(f"replay check: {sum(matches)}/{len(expected)} observations match the recording"
+                         + (f" ({len(expected) - len(observed)} not replayed: the episode ended)"
+                            if len(observed) < len(expected) else ""))
+
+
+def is_recorded_episode(data: Any) -> bool:
+    """A recorded episode (OpenEnv capture shape or AWM ``trajectory.json``), not a replay script."""
+    if not isinstance(data, dict):
+        return False
+    steps = data.get("steps")
+    return "trajectory" in data or (isinstance(steps, list) and any(
+        isinstance(s, dict) and isinstance(s.get("action"), dict) for s in steps))
+
+
+def _is_verifier_call(name: str, arguments: Any) -> bool:
+    return name == "verify" and isinstance(arguments, dict) and set(arguments) <= {"verifier_mode", "final_answer"}
+
+
+def _recorded(where: str, source: str, record: str, data: dict[str, Any]) -> Script:
+    """A recorded episode as a script whose ``expected`` holds the recorded observations."""
+    verification = data.get("verification")
+    body = {**data, "steps": [*data["steps"], verification]} if isinstance(verification, dict) and isinstance(
+        data.get("steps"), list) else data
+    if body.get("reward") is None:  # replay needs no reward; a recording without one is still replayable
+        body = {**body, "reward": 0.0}
+    try:
+        traj = awm_episode_to_trajectory(body, source=source, record=record or None, system_prompt=None)
+    except EpisodeError as exc:
+        raise PolicyError(f"recorded episode: {exc}") from None
+    calls: list[tuple[str, Any]] = []
+    expected: list[str] = []
+    for message in traj.completion:
+        if message["role"] == "tool":
+            expected.append(message["content"])
+            continue
+        fn = message["tool_calls"][0]["function"]
+        args = fn["arguments"]
+        calls.append((fn["name"], args["_raw"] if set(args) == {"_raw"} else args))
+    verify, final_answer = False, None
+    if calls and _is_verifier_call(*calls[-1]):
+        verify, final_answer = True, calls.pop()[1].get("final_answer")
+    return Script(traj.task_idx, calls, final_answer, verify, "recorded", traj.scenario, where, expected)
 
 
 def _script(source: str, d: Any) -> Script:
@@ -142,6 +237,11 @@ def _script(source: str, d: Any) -> Script:
 
 # --------------------------------------------------------------------------------------------
 # Model
+
+
+def fill_system_prompt(template: str, scenario: str) -> str:
+    """``template`` with ``{scenario}`` filled in; every other brace is text (JSON examples, code)."""
+    return template.replace("{scenario}", scenario)
 
 
 def mcp_tool_to_schema(tool: dict[str, Any]) -> dict[str, Any]:
@@ -221,7 +321,7 @@ class ModelPolicy:
         tools = [mcp_tool_to_schema(t) for t in episode.runtime.tools]
         messages: list[dict[str, Any]] = []
         if self.system_prompt:
-            messages.append({"role": "system", "content": self.system_prompt.format(scenario=episode.scenario)})
+            messages.append({"role": "system", "content": fill_system_prompt(self.system_prompt, episode.scenario)})
         messages.append({"role": "user", "content": episode.task})
         episode.behavior_logprobs = []
         for _ in range(self.max_steps):
