@@ -38,7 +38,7 @@ from .episode_files import (  # noqa: F401  (re-exported: the reading layer's pu
     iter_episode_records,
     parse_json,
 )
-from .errors import EchoTrlError, EpisodeError
+from .errors import EpisodeError
 from .roles import Trajectory, tool_call
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -403,8 +403,9 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         tools = _tools(episode.get("tools"), compact=compact_tools)
     else:
         raise EpisodeError("missing (expected steps or trajectory)", field="steps")
-    if not turns:
-        raise EpisodeError("episode has no tool calls", field="trajectory" if "trajectory" in episode else "steps")
+    if not turns and episode.get("final_answer") is None:  # an answer without any call is a (poor) episode
+        raise EpisodeError("episode has no tool calls and no final_answer",
+                           field="trajectory" if "trajectory" in episode else "steps")
 
     if episode.get("reward") is not None:
         reward = _finite(episode["reward"], "reward")
@@ -428,7 +429,7 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
 
     prompt = []
     if system_prompt:
-        prompt.append({"role": "system", "content": system_prompt.format(scenario=scenario)})
+        prompt.append({"role": "system", "content": system_prompt.replace("{scenario}", scenario)})
     prompt.append({"role": "user", "content": task})
     completion, warnings = [], []
     for turn in turns:
@@ -468,12 +469,6 @@ def load_awm_episodes(
     from .progress import progress
 
     inputs = list(inputs)
-    if system_prompt:
-        try:  # a setting, not a record: one error up front rather than every record failing
-            system_prompt.format(scenario="")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise EchoTrlError(f"system prompt: {type(exc).__name__}: {exc} (the only placeholder is "
-                               "'{scenario}'; write a literal brace as '{{' or '}}')") from None
     trajectories, skipped = [], []
     for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
         try:

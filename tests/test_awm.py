@@ -229,16 +229,25 @@ def test_compact_tools_drop_only_the_response_documentation():
     assert compact[0]["function"]["parameters"] == described["inputSchema"] and compact[1] == full[1]
 
 
-@pytest.mark.parametrize("prompt", ["Use {tools}.", "A lone { brace", "{0}"])
-def test_a_system_prompt_that_cannot_be_filled_is_one_error_up_front(prompt, tmp_path):
-    from echo_trl.errors import EchoTrlError
-
+@pytest.mark.parametrize("prompt", ["Use {tools}.", "A lone { brace", "{0} and {{x}}"])
+def test_braces_in_the_system_prompt_are_text_and_only_scenario_is_filled(prompt, tmp_path):
     path = tmp_path / "e.json"
     path.write_text(json.dumps(openenv_episode()))
-    with pytest.raises(EchoTrlError, match=r"^system prompt: .*the only placeholder is '\{scenario\}'"):
-        load_awm_episodes([path], strict=False, system_prompt=prompt)
-    (t,), _ = load_awm_episodes([path], system_prompt="In {scenario}: literal {{braces}}.")
-    assert t.prompt[0]["content"] == "In shop_1: literal {braces}."
+    (t,), _ = load_awm_episodes([path], system_prompt=prompt + " in {scenario}")
+    assert t.prompt[0]["content"] == prompt + " in shop_1"
+
+
+def test_an_answer_without_any_tool_call_is_an_episode():
+    ep = openenv_episode()
+    ep["steps"] = []
+    with pytest.raises(EpisodeError, match="no tool calls and no final_answer"):
+        awm_episode_to_trajectory(ep)
+    ep["final_answer"] = "I could not find it."
+    t = awm_episode_to_trajectory(ep, verify_turn="omit")
+    assert t.completion == [{"role": "assistant", "content": "I could not find it."}]
+    ep["tools"] = [{"name": "search", "description": "Search.", "inputSchema": {"type": "object", "properties": {}}}]
+    agent = awm_episode_to_trajectory(ep, format="awm-agent")
+    assert agent.completion[-1] == {"role": "assistant", "content": "I could not find it."}
 
 
 def test_final_answer_and_failed_calls_reach_the_awm_agent_format():
