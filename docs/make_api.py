@@ -21,9 +21,9 @@ OUT = Path(__file__).resolve().parent / "api.md"
 
 #: (module, names) documented besides ``echo_trl.__all__``; each listed by name.
 EXTRA = [
-    ("echo_trl.dataset", ["save_dataset", "dataset_card", "trajectories_to_dataset", "validate_dataset"]),
+    ("echo_trl.dataset", ["save_dataset", "trajectories_to_dataset", "validate_dataset"]),
     ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
-    ("echo_trl.model_card", ["echo_card_section", "add_echo_section", "final_metrics"]),
+    ("echo_trl.cards", ["echo_card_section", "add_echo_section", "final_metrics", "dataset_card"]),
     ("echo_trl.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
     ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_task_dataset", "close_environments"]),
     ("echo_trl.envs.awm.scenario", ["ScenarioSource"]),

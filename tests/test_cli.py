@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from test_awm import openenv_episode
 
 from echo_trl.cli import COMMANDS, main
@@ -50,5 +51,121 @@ def test_build_dataset_lenient_then_stats_json(tmp_path):
 def test_missing_tokenizer_is_a_clean_error(tmp_path):
     eps = tmp_path / "e.json"
     eps.write_text(json.dumps(openenv_episode()))
-    r = run_cli("stats", eps, "--tokenizer", tmp_path / "nope")
+    (tmp_path / "empty").mkdir()  # a directory that holds no tokenizer
+    r = run_cli("stats", eps, "--tokenizer", tmp_path / "empty")
     assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Usage conventions shared by every command
+
+
+def test_help_into_a_closed_pipe_is_not_a_traceback():
+    """`echo-trl --help | head -3`: the reader may leave before the help is written."""
+    import os
+
+    for argv in (["--help"], ["stats", "--help"]):
+        proc = subprocess.Popen([sys.executable, "-m", "echo_trl.cli", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc.stdout.close()  # the reader is gone before anything is written
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
+    from echo_trl.commands.eval_world_model import parse_args
+    from echo_trl.commands.stats import build_parser
+
+    p = build_parser()
+    assert "--max_length" in p.format_help() and "--trust_remote_code" in p.format_help()
+    for spelling in ("--max_length", "--max-length"):
+        assert p.parse_args(["ds", "--tokenizer", "t", spelling, "8"]).max_length == 8
+    assert p.parse_args(["ds", "--tokenizer", "t", "--max-length=9", "--trust-remote-code"]).trust_remote_code
+    for abbreviated in (["--max_len", "8"], ["--trust"], ["--tok", "t"]):
+        with pytest.raises(SystemExit) as exc:
+            p.parse_args(["ds", "--tokenizer", "t", *abbreviated])
+        assert exc.value.code == 2
+    assert "unrecognized arguments: --max_len" in capsys.readouterr().err
+    ns = parse_args(["--model", "m", "--dataset", "d", "--max-completion-length", "7", "--trust-remote-code"])
+    assert ns.max_completion_length == 7 and ns.trust_remote_code
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--dataset", "d", "--lim", "3"])
+
+
+# --------------------------------------------------------------------------------------------
+# Local paths never go to the Hub; Hub ids fail fast without network
+
+
+class CountingEndpoint:
+    """A stand-in Hub endpoint (HF_ENDPOINT) that counts connections and hangs up on each: a Hub that
+    cannot be reached. The count shows whether a command asked it at all, and whether it retried."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.count = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.count += 1
+            conn.close()
+
+    def env(self) -> dict[str, str]:
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+        return {**env, "HF_ENDPOINT": self.url, "ECHO_TRL_PROGRESS": "0"}
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def hub():
+    endpoint = CountingEndpoint()
+    yield endpoint
+    endpoint.close()
+
+
+def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, hub):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    eps = tmp_path / "e.json"
+    eps.write_text(json.dumps(openenv_episode()))
+    cases = [(["stats", tmp_path / "no_ds", "--tokenizer", tmp_path / "tok"], f"dataset {tmp_path / 'no_ds'}"),
+             (["stats", eps, "--tokenizer", "./no_tok"], "tokenizer ./no_tok"),
+             (["eval-world-model", "--model", tmp_path / "no_model", "--dataset", eps], f"model {tmp_path / 'no_model'}"),
+             (["train", "--model_name_or_path", tmp_path / "no_model", "--dataset_name", tmp_path, "--use_cpu",
+               "--output_dir", tmp_path / "o"], f"--model_name_or_path {tmp_path / 'no_model'}")]
+    for argv, named in cases:
+        r = subprocess.run([sys.executable, "-m", "echo_trl.cli", *map(str, argv)], capture_output=True, text=True,
+                           env=hub.env(), timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
+    assert hub.count == 0  # not one request for a local path
+
+
+def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hub):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+                        str(tmp_path / "tok")], capture_output=True, text=True, env=hub.env(), timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
+    assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
+    offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+                        str(tmp_path / "tok")], capture_output=True, text=True, env=offline, timeout=300)
+    assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
+    assert hub.count == 1  # offline: the Hub is not asked at all
