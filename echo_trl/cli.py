@@ -42,14 +42,32 @@ def _help() -> str:
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` with echo-trl's flag conventions, shared by every sub-command.
 
-    No abbreviations (``--max_step`` is not silently ``--max_steps``). One spelling per flag, with
-    underscores as TRL writes them; the other spelling (``--max-length`` for ``--max_length``, and
-    the reverse for a flag defined with hyphens) is accepted as an alias without cluttering ``--help``.
+    No abbreviations (``--max_step`` is not silently ``--max_steps``). One spelling per flag in
+    ``--help``, with underscores as TRL writes them (whichever way a command defined it); the hyphen
+    spelling (``--max-length`` for ``--max_length``) is accepted as an alias without cluttering ``--help``.
     """
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def _underscored(self) -> None:
+        """Show and register every long flag with underscores (``--skip-invalid`` becomes ``--skip_invalid``);
+        the hyphen spelling stays accepted through :meth:`_respelled`. Idempotent; groups share the registry."""
+        for action in self._actions:
+            names = ["--" + o[2:].replace("-", "_") if o.startswith("--") else o for o in action.option_strings]
+            if names != action.option_strings:
+                action.option_strings = list(dict.fromkeys(names))
+                for name in action.option_strings:
+                    self._option_string_actions.setdefault(name, action)
+
+    def format_usage(self) -> str:
+        self._underscored()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._underscored()
+        return super().format_help()
 
     def _respelled(self, token: str) -> str:
         flag, eq, value = token.partition("=")
@@ -61,6 +79,7 @@ class ArgumentParser(argparse.ArgumentParser):
         return token
 
     def parse_known_args(self, args=None, namespace=None):
+        self._underscored()
         args = list(sys.argv[1:] if args is None else args)
         end = args.index("--") if "--" in args else len(args)
         return super().parse_known_args([*map(self._respelled, args[:end]), *args[end:]], namespace)

@@ -24,7 +24,9 @@ file:record: field), 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
+    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+
+    p = ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="EPISODE_FILES_OR_DIRS", help=".json/.jsonl files or directories")
     p.add_argument("--output", "-o", required=True, metavar="DIR", help="where to save the dataset")

@@ -35,7 +35,9 @@ Episode i of a task plays that task's script i mod n (reference + failures -> va
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+
+    p = ArgumentParser(
         prog="echo-trl capture", description="Run an AWM scenario locally (SQLite + generated MCP server + "
         "code verifier, contained) and record episodes in the OpenEnv capture shape.",
         epilog=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
