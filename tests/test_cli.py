@@ -169,3 +169,11 @@ def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hu
                         str(tmp_path / "tok")], capture_output=True, text=True, env=offline, timeout=300)
     assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
     assert hub.count == 1  # offline: the Hub is not asked at all
+
+
+def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
+    eps = tmp_path / "eps.jsonl"
+    eps.write_text(json.dumps(openenv_episode()) + "\n")
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Saving the dataset" not in r.stderr and r.stderr == "", r.stderr

@@ -220,3 +220,18 @@ def test_resume_from_checkpoint_true_skips_an_interrupted_save(assets, tmp_path,
     assert seen == [str(out / "checkpoint-1")]  # was: "true" taken as a path
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 3 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3]
+
+
+def test_a_training_command_is_quiet_by_default(assets, tmp_path):
+    """No library chatter the user cannot act on: no gradient_checkpointing FutureWarning (TRL's default,
+    renamed by transformers), no progress bars for weight loading or shard writing (a blink of work)."""
+    import os
+    import subprocess
+    import sys
+
+    root, model, _ = assets
+    proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", *_flags(root, model, tmp_path / "o")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    for noise in ("FutureWarning", "gradient_checkpointing", "Loading weights", "Writing model shards", "Saving"):
+        assert noise not in proc.stderr, proc.stderr
