@@ -91,6 +91,19 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
     assert ns.max_completion_length == 7 and ns.trust_remote_code
     with pytest.raises(SystemExit):
         parse_args(["--model", "m", "--dataset", "d", "--lim", "3"])
+    # commands that define hyphenated flags show them with underscores and take both spellings
+    from echo_trl.commands import build_dataset, capture
+
+    bp = build_dataset.build_parser()
+    assert "--skip_invalid" in bp.format_help() and "--skip-invalid" not in bp.format_usage()
+    ns = bp.parse_args(["eps", "--output", "o", "--skip_invalid", "--compact-tools", "--push_to_hub", "me/x"])
+    assert ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
+    cp = capture.build_parser()
+    ns = cp.parse_args(["--data", "d", "--scenario", "s", "--policy", "p", "--output", "o", "--task_idx", "1",
+                        "--task-idx", "2", "--max_steps", "3"])
+    assert ns.task_idx == [1, 2] and ns.max_steps == 3
+    with pytest.raises(SystemExit):
+        bp.parse_args(["eps", "--output", "o", "--skip"])
 
 
 # --------------------------------------------------------------------------------------------
