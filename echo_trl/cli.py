@@ -1,7 +1,8 @@
 """``echo-trl``: one console script, one sub-command per job.
 
 Each sub-command lives in ``echo_trl/commands/<name>.py`` with ``main(argv) -> int``; this
-module only dispatches, so ``echo-trl --help`` answers without importing torch or TRL.
+module dispatches (``echo-trl --help`` answers without importing torch or TRL) and holds what
+every command shares: the :class:`ArgumentParser` conventions and the quiet defaults.
 
 Exit codes: 0 success; 1 unexpected internal error (a bug: please report it with the
 traceback); 2 bad input or usage (the message says which file/record/field); 130 interrupted.

@@ -1,4 +1,4 @@
-"""Load what commands take by name (tokenizers, models, trajectory datasets) without surprises.
+"""Load what commands take by name (tokenizers, models, datasets, configs, checkpoints) without surprises.
 
 A name is a local path when it exists here and a Hub id otherwise. Local paths are never sent
 to the Hub: a missing one is an error at once, naming it. A Hub id is only tried when the Hub
@@ -9,6 +9,7 @@ cache); otherwise the error says so in one line instead of after ~30 s of librar
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
@@ -172,3 +173,56 @@ def load_trajectories(name_or_path: str, split: str = "train") -> datasets.Datas
     if is_episode_input(name_or_path):
         return build_awm_dataset([name_or_path])
     return load_dataset_named(name_or_path, split=split)
+
+
+def check_config_file(argv: list[str]) -> None:
+    """``--config PATH`` names a readable YAML mapping (TRL would raise a traceback)."""
+    if "--config" not in argv:
+        return
+    i = argv.index("--config")
+    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+        raise EchoTrlError("--config: expected a YAML file path after it")
+    path = Path(argv[i + 1])
+    if not path.is_file():
+        raise EchoTrlError(f"--config {path}: no such file")
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise EchoTrlError(f"--config {path}: not readable YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(config, dict):
+        raise EchoTrlError(f"--config {path}: expected a mapping of flag names to values, got {type(config).__name__}")
+
+
+def checkpoint_is_complete(path: Path) -> bool:
+    """The Trainer writes ``trainer_state.json`` last: a checkpoint without a readable one was cut short
+    (e.g. Ctrl-C during the save) and cannot be resumed from."""
+    try:
+        return "global_step" in json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
+    """``--resume_from_checkpoint``: ``true`` is the latest complete ``checkpoint-N`` in ``output_dir`` (as in
+    transformers' ``train(resume_from_checkpoint=True)``, minus incomplete ones), a path must be complete."""
+    if value is None or value is False or str(value).lower() in ("", "false", "no", "none"):
+        return None
+    if value is True or str(value).lower() in ("true", "yes", "latest"):
+        out = Path(output_dir)
+        steps = sorted((int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
+                       if p.is_dir() and p.name.split("-")[1].isdigit()) if out.is_dir() else []
+        complete = [p for _, p in steps if checkpoint_is_complete(p)]
+        if not complete:
+            found = f" ({len(steps)} incomplete: {', '.join(p.name for _, p in steps)})" if steps else ""
+            raise EchoTrlError(f"--resume_from_checkpoint true: no complete checkpoint-N in {output_dir}{found}")
+        return str(complete[-1])
+    path = Path(value)
+    if not path.is_dir():
+        raise EchoTrlError(f"--resume_from_checkpoint {value}: no such checkpoint directory")
+    if not checkpoint_is_complete(path):
+        raise EchoTrlError(f"--resume_from_checkpoint {value}: incomplete checkpoint (no readable trainer_state.json; "
+                           "the save was interrupted): pick an earlier checkpoint, or pass true for the latest "
+                           "complete one")
+    return str(path)

@@ -10,6 +10,7 @@ from echo_trl.cli import main as cli_main
 from echo_trl.commands import train as train_cmd
 from echo_trl.dataset import build_awm_dataset
 from echo_trl.errors import EchoTrlError
+from echo_trl.loading import resolve_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -181,21 +182,21 @@ def _checkpoint(path, step, complete=True):
 
 def test_resume_true_is_the_latest_complete_checkpoint(tmp_path):
     out = tmp_path / "run"
-    assert train_cmd.resolve_checkpoint("false", str(out)) is None and train_cmd.resolve_checkpoint(None, str(out)) is None
+    assert resolve_checkpoint("false", str(out)) is None and resolve_checkpoint(None, str(out)) is None
     with pytest.raises(EchoTrlError, match="no complete checkpoint-N in"):
-        train_cmd.resolve_checkpoint("true", str(out))
+        resolve_checkpoint("true", str(out))
     two = _checkpoint(out / "checkpoint-2", 2)
     _checkpoint(out / "checkpoint-10", 10)
     (out / "checkpoint-10" / "trainer_state.json").write_text('{"global_st')  # the save was cut mid-write
     _checkpoint(out / "checkpoint-12", 12, complete=False)  # Ctrl-C right after mkdir
     _checkpoint(out / "checkpoint-x", 0)
     for value in ("true", "True", True):
-        assert train_cmd.resolve_checkpoint(value, str(out)) == str(two)
-    assert train_cmd.resolve_checkpoint(str(two), str(out)) == str(two)
+        assert resolve_checkpoint(value, str(out)) == str(two)
+    assert resolve_checkpoint(str(two), str(out)) == str(two)
     with pytest.raises(EchoTrlError, match="checkpoint-12: incomplete checkpoint"):
-        train_cmd.resolve_checkpoint(str(out / "checkpoint-12"), str(out))
+        resolve_checkpoint(str(out / "checkpoint-12"), str(out))
     with pytest.raises(EchoTrlError, match="no such checkpoint directory"):
-        train_cmd.resolve_checkpoint(str(out / "checkpoint-99"), str(out))
+        resolve_checkpoint(str(out / "checkpoint-99"), str(out))
 
 
 def test_resume_from_checkpoint_true_skips_an_interrupted_save(assets, tmp_path, monkeypatch):

@@ -78,31 +78,13 @@ def make_parser():
                      allow_abbrev=False)
 
 
-def _check_config_file(argv: list[str]) -> None:
-    """``--config PATH`` names a readable YAML mapping (TRL would raise a traceback)."""
-    if "--config" not in argv:
-        return
-    i = argv.index("--config")
-    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-        raise EchoTrlError("--config: expected a YAML file path after it")
-    path = Path(argv[i + 1])
-    if not path.is_file():
-        raise EchoTrlError(f"--config {path}: no such file")
-    import yaml
-
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise EchoTrlError(f"--config {path}: not readable YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(config, dict):
-        raise EchoTrlError(f"--config {path}: expected a mapping of flag names to values, got {type(config).__name__}")
-
-
 def main(argv: list[str]) -> int:
     argv = list(argv)
     if not argv or argv[0] == "--demo":
         return run_demo(parse_demo_args(argv[1:] if argv else []))
-    _check_config_file(argv)
+    from ..loading import check_config_file
+
+    check_config_file(argv)
     parser = make_parser()
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
@@ -115,39 +97,6 @@ def main(argv: list[str]) -> int:
                 if "use_cpu" in str(exc) else "")
         raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
     return run_training(script_args, training_args, model_args)
-
-
-def checkpoint_is_complete(path: Path) -> bool:
-    """The Trainer writes ``trainer_state.json`` last: a checkpoint without a readable one was cut short
-    (e.g. Ctrl-C during the save) and cannot be resumed from."""
-    try:
-        return "global_step" in json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-
-
-def resolve_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
-    """``--resume_from_checkpoint``: ``true`` is the latest complete ``checkpoint-N`` in ``output_dir`` (as in
-    transformers' ``train(resume_from_checkpoint=True)``, minus incomplete ones), a path must be complete."""
-    if value is None or value is False or str(value).lower() in ("", "false", "no", "none"):
-        return None
-    if value is True or str(value).lower() in ("true", "yes", "latest"):
-        out = Path(output_dir)
-        steps = sorted((int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
-                       if p.is_dir() and p.name.split("-")[1].isdigit()) if out.is_dir() else []
-        complete = [p for _, p in steps if checkpoint_is_complete(p)]
-        if not complete:
-            found = f" ({len(steps)} incomplete: {', '.join(p.name for _, p in steps)})" if steps else ""
-            raise EchoTrlError(f"--resume_from_checkpoint true: no complete checkpoint-N in {output_dir}{found}")
-        return str(complete[-1])
-    path = Path(value)
-    if not path.is_dir():
-        raise EchoTrlError(f"--resume_from_checkpoint {value}: no such checkpoint directory")
-    if not checkpoint_is_complete(path):
-        raise EchoTrlError(f"--resume_from_checkpoint {value}: incomplete checkpoint (no readable trainer_state.json; "
-                           "the save was interrupted): pick an earlier checkpoint, or pass true for the latest "
-                           "complete one")
-    return str(path)
 
 
 def check_completion_room(tokenizer, dataset, limit: int | None, name: str) -> None:
@@ -178,7 +127,7 @@ def check_completion_room(tokenizer, dataset, limit: int | None, name: str) -> N
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from ..loading import load_tokenizer, locate
+    from ..loading import load_tokenizer, locate, resolve_checkpoint
     from ..trainer import EchoGRPOTrainer
 
     if not model_args.model_name_or_path:
