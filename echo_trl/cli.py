@@ -1,7 +1,8 @@
 """``echo-trl``: one console script, one sub-command per job.
 
 Each sub-command lives in ``echo_trl/commands/<name>.py`` with ``main(argv) -> int``; this
-module only dispatches, so ``echo-trl --help`` answers without importing torch or TRL.
+module dispatches (``echo-trl --help`` answers without importing torch or TRL) and holds what
+every command shares: the :class:`ArgumentParser` conventions and the quiet defaults.
 
 Exit codes: 0 success; 1 unexpected internal error (a bug: please report it with the
 traceback); 2 bad input or usage (the message says which file/record/field); 130 interrupted.
@@ -9,6 +10,7 @@ traceback); 2 bad input or usage (the message says which file/record/field); 130
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -38,27 +40,97 @@ def _help() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_help())
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"echo-trl: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
-        return 2
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` with echo-trl's flag conventions, shared by every sub-command.
+
+    No abbreviations (``--max_step`` is not silently ``--max_steps``). One spelling per flag in
+    ``--help``, with underscores as TRL writes them (whichever way a command defined it); the hyphen
+    spelling (``--max-length`` for ``--max_length``) is accepted as an alias without cluttering ``--help``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _underscored(self) -> None:
+        """Show and register every long flag with underscores (``--skip-invalid`` becomes ``--skip_invalid``);
+        the hyphen spelling stays accepted through :meth:`_respelled`. Idempotent; groups share the registry."""
+        for action in self._actions:
+            names = ["--" + o[2:].replace("-", "_") if o.startswith("--") else o for o in action.option_strings]
+            if names != action.option_strings:
+                action.option_strings = list(dict.fromkeys(names))
+                for name in action.option_strings:
+                    self._option_string_actions.setdefault(name, action)
+
+    def format_usage(self) -> str:
+        self._underscored()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._underscored()
+        return super().format_help()
+
+    def _respelled(self, token: str) -> str:
+        flag, eq, value = token.partition("=")
+        if not flag.startswith("--") or flag in self._option_string_actions:
+            return token
+        for other in ("--" + flag[2:].replace("-", "_"), "--" + flag[2:].replace("_", "-")):
+            if other in self._option_string_actions:
+                return other + eq + value
+        return token
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._underscored()
+        args = list(sys.argv[1:] if args is None else args)
+        end = args.index("--") if "--" in args else len(args)
+        return super().parse_known_args([*map(self._respelled, args[:end]), *args[end:]], namespace)
+
+
+def quiet_defaults() -> None:
+    """What every sub-command shares: warnings that do not concern the user, and progress bars for short work, off.
+
+    Kept: echo_trl's own bars for long work (``progress.py``), training progress, Hub download bars and
+    every warning about the user's data or settings.
+    """
+    import warnings
+
+    # TRL's config defaults gradient_checkpointing=True, which transformers 5 renamed: a FutureWarning on every
+    # run that the user cannot act on (the flag still works)
+    warnings.filterwarnings("ignore", message=r"`gradient_checkpointing.*` is deprecated", category=FutureWarning)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from .progress import quiet_short_work
+
+    quiet_short_work()
+
+
+def _run(name: str, rest: list[str]) -> int:
     try:
+        quiet_defaults()
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except EchoTrlError as exc:
         print(f"echo-trl {name}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. `echo-trl stats ... | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except KeyboardInterrupt:
         print(f"echo-trl {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if not argv or argv[0] in ("-h", "--help", "help"):
+            print(_help(), flush=True)
+            return 0
+        name, rest = argv[0], argv[1:]
+        if name not in COMMANDS:
+            print(f"echo-trl: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
+            return 2
+        return _run(name, rest)
+    except BrokenPipeError:  # e.g. `echo-trl --help | head -3`: the reader left, not an error
+        # stdout is gone: point it at /dev/null so the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,6 @@ two JSON-shaped values are stored as JSON text: a tool call's ``arguments`` and 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,10 @@ import pyarrow as pa
 from datasets import Features, List, Value
 
 from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
+from .cards import dataset_card
 from .errors import DatasetSchemaError, EpisodeError
 from .outputs import atomic_output_dir
-from .roles import Role, Trajectory
+from .roles import Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
                      "function": {"name": Value("string"), "arguments": Value("string")}}
@@ -270,125 +270,6 @@ def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> dataset
     else:
         ds = datasets.load_dataset(str(name_or_path), split=split)
     return validate_dataset(ds, str(name_or_path))
-
-
-# --------------------------------------------------------------------------------------------
-# Dataset card
-
-CITATIONS = """\
-```bibtex
-@article{echo2026,
-  title   = {ECHO: Environment Cross-entropy Hybrid Objective for agentic reinforcement learning},
-  journal = {arXiv preprint arXiv:2605.24517},
-  year    = {2026},
-}
-@article{wang2026agentworldmodelinfinity,
-  title   = {Agent World Model: Infinity Synthetic Environments for Agentic Reinforcement Learning},
-  author  = {Zhaoyang Wang and Canwen Xu and Boyi Liu and Yite Wang and Siwei Han and Zhewei Yao
-             and Huaxiu Yao and Yuxiong He},
-  journal = {arXiv preprint arXiv:2602.10090},
-  year    = {2026},
-}
-```"""
-
-
-def role_counts(ds: datasets.Dataset) -> dict[str, dict[str, int]]:
-    """Messages and characters per role (tokenizer-free; ``echo-trl stats`` counts tokens)."""
-    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in Role}
-    for row in ds:
-        for m in row["prompt"]:
-            counts["context"]["messages"] += 1
-            counts["context"]["chars"] += len(m["content"] or "")
-        for m, warns in zip(row["completion"], row["warnings"], strict=True):
-            role = "action" if m["role"] == "assistant" else "env_output" if m["role"] == "tool" else "context"
-            counts[role]["messages"] += 1
-            counts[role]["chars"] += len(m["content"] or "") + sum(
-                len(c["function"]["arguments"]) + len(c["function"]["name"]) for c in m["tool_calls"] or [])
-            counts["warning"]["messages"] += len(warns)
-            counts["warning"]["chars"] += sum(len(w) for w in warns)
-    return counts
-
-
-def dataset_card(ds: datasets.Dataset, *, title: str = "ECHO trajectories from Agent World Model episodes",
-                 skipped: int = 0) -> str:
-    """The ``README.md`` written next to a built dataset (and pushed with it to the Hub)."""
-    by_scenario: dict[str, Counter] = defaultdict(Counter)
-    for scenario, group, reward in zip(ds["scenario"], ds["group_id"], ds["reward"], strict=True):
-        c = by_scenario[scenario]
-        c["episodes"] += 1
-        c[f"group:{group}"] = 1
-        c["reward_sum"] += reward
-    roles = role_counts(ds)
-    formats = ", ".join(f"`{f}`" for f in sorted(set(ds["format"] if "format" in ds.column_names else [])))
-    scen_rows = "\n".join(
-        f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
-        for s, c in sorted(by_scenario.items()))
-    role_rows = "\n".join(f"| `{r}` | {v['messages']} | {v['chars']} |" for r, v in roles.items())
-    return f"""---
-license: cc-by-4.0
-tags:
-- echo-trl
-- agent
-- tool-use
-- reinforcement-learning
-- agent-world-model
-pretty_name: "{title}"
----
-
-# {title}
-
-Agent trajectories for [echo_trl](https://github.com/) (ECHO: GRPO on the agent's action tokens
-plus lambda * cross-entropy on the environment's observation tokens), in TRL's conversational
-prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episodes,
-{len(by_scenario)} scenarios{f", {skipped} invalid records skipped (see skipped.jsonl)" if skipped else ""}.
-Conversation format: {formats or "`chat-template`"} (see the `format` column).
-
-## Schema
-
-| column | type | meaning |
-|---|---|---|
-| `prompt` | list of messages | system prompt and the user's task (context) |
-| `completion` | list of messages | assistant tool calls and `tool` messages, in order |
-| `tools` | list of JSON strings | the tool schemas the agent could call |
-| `warnings` | list (per completion message) of lists of strings | harness warnings, kept out of the env output |
-| `reward` | float | episode reward (AWM: complete 1.0, incomplete 0.1, format error -1.0, else 0.0) |
-| `group_id` | string | `scenario/task_idx`: trajectories of the same task share it (GRPO groups) |
-| `scenario`, `task_idx` | string, int | AWM provenance |
-| `behavior_logprobs` | list of floats or null | per action token, when recorded at rollout time |
-| `format` | string | conversation format: `chat-template` or `awm-agent` (the official AWM agent's) |
-
-A tool call's `arguments` is stored as JSON text (Arrow needs one type per column).
-
-## Roles
-
-| role | source | loss |
-|---|---|---|
-| `context` | system prompt, tool schemas, task, chat-template scaffolding | none |
-| `action` | assistant tool calls, with their end-of-turn token | GRPO |
-| `env_output` | tool results, errors, verifier output | ECHO world-model cross-entropy |
-| `warning` | harness warnings | excluded by default |
-
-Counts (messages and characters; `echo-trl stats DATASET --tokenizer MODEL` gives exact tokens):
-
-| role | messages | characters |
-|---|---|---|
-{role_rows}
-
-## Scenarios
-
-| scenario | episodes | tasks | mean reward |
-|---|---|---|---|
-{scen_rows}
-
-## License and attribution
-
-Derived from Agent World Model environments (AgentWorldModel-1K, Snowflake AI Research and
-UNC-Chapel Hill, CC-BY-4.0, arXiv 2602.10090) where the scenarios come from there.
-
-## Citation
-
-{CITATIONS}
-"""
 
 
 #: A file every ``save_to_disk`` directory has: what makes an existing ``--output`` replaceable.

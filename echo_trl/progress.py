@@ -20,6 +20,20 @@ def progress(items: Iterable[T], *, desc: str, unit: str = "it", total: int | No
     return iter(tqdm(items, desc=desc, unit=unit, total=total, disable=not enable, file=sys.stderr))
 
 
+def quiet_short_work() -> None:
+    """Library progress bars for work that takes a blink off: datasets' save / map / filter bars, transformers'
+    weight loading and shard writing. Hub download bars (long work) stay, and so does training progress."""
+    import datasets
+    import huggingface_hub.utils
+    import transformers
+
+    datasets.disable_progress_bars()
+    downloads = not huggingface_hub.utils.are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()  # also turns off huggingface_hub's bars ...
+    if downloads:
+        huggingface_hub.utils.enable_progress_bars()  # ... which show downloads: long work, keep them
+
+
 def quiet_libraries(*, progress_bars: bool = False, user_warnings: bool = False) -> None:
     """For commands and scripts whose output is one table: TRL / transformers / datasets chatter off.
 
@@ -29,7 +43,6 @@ def quiet_libraries(*, progress_bars: bool = False, user_warnings: bool = False)
     import logging
     import warnings
 
-    import datasets
     import transformers
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -39,6 +52,5 @@ def quiet_libraries(*, progress_bars: bool = False, user_warnings: bool = False)
     if not user_warnings:
         warnings.filterwarnings("ignore", category=UserWarning)
     transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
+    quiet_short_work()
     logging.getLogger("echo_trl").setLevel(logging.ERROR)

@@ -14,7 +14,7 @@ Kept thin. It overrides these ``GRPOTrainer`` hooks (TRL 1.16; see ``trl_compat.
   recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times), and
   each epoch's order a function of (seed, epoch), offline and online, so a resumed run continues it;
 * ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
-* ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``model_card.py``).
+* ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``cards.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from . import trl_compat
+from .cards import ECHO_PAPER, add_echo_section
 from .collator import (
     CollatorSettings,
     collate_features,
@@ -44,7 +45,6 @@ from .collator import (
 from .config import EchoGRPOConfig
 from .errors import DatasetSchemaError, EchoTrlError
 from .loss import divisor_for, global_count, masked_nll, nll_sum_and_count, world_coeff_at, world_loss
-from .model_card import ECHO_PAPER, add_echo_section
 
 logger = logging.getLogger(__name__)
 
@@ -559,7 +559,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         """TRL's card plus the ECHO settings, the final world-model metrics and the ECHO / AWM citations."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
-            add_echo_section(f"{self.args.output_dir}/README.md", self.args, self.state.log_history)
+            add_echo_section(f"{self.args.output_dir}/README.md", self.args, self.state.log_history,
+                             base_model=getattr(self.model.config, "name_or_path", None))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """``Trainer.save_model``; a save to ``output_dir`` also writes the model card there (TRL writes it only

@@ -29,7 +29,8 @@ TEMPLATE_FAMILIES = ("qwen2_5", "qwen3", "llama3_1")
 def require_shared(path: Path) -> Path:
     """Skip (with the reason) when the shared AWM sample data is not next to the checkout."""
     if not path.exists():
-        pytest.skip(f"shared AWM sample data not found at {path} (it lives in ../shared/data, not in the repo)")
+        pytest.skip(f"needs the AWM-1K sample data (CC-BY-4.0, not in the repository) at {path}: put it in "
+                    "../shared/data next to the checkout (README, 'Tests with AWM-1K data')")
     return path
 
 

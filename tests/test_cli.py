@@ -53,8 +53,10 @@ def test_build_dataset_lenient_then_stats_json(tmp_path):
 def test_missing_tokenizer_is_a_clean_error(tmp_path):
     eps = tmp_path / "e.json"
     eps.write_text(json.dumps(openenv_episode()))
-    r = run_cli("stats", eps, "--tokenizer", tmp_path / "nope")
+    (tmp_path / "empty").mkdir()  # a directory that holds no tokenizer
+    r = run_cli("stats", eps, "--tokenizer", tmp_path / "empty")
     assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
 
 
 def _capture_args(tmp_path, output):
@@ -111,7 +113,7 @@ def test_inputs_lost_silently_before_are_named(tmp_path):
         (root / "locked").chmod(0o755)
     assert strict.returncode == 2 and strict.stderr == (
         f"echo-trl build-dataset: error: {root / 'locked'}: cannot read directory: Permission denied\n")
-    assert lenient.returncode == 0 and "built 1 episodes" in lenient.stdout
+    assert lenient.returncode == 0 and "built 1 episode from" in lenient.stdout
     assert f"{root / 'locked'}: cannot read directory: Permission denied" in lenient.stderr
     (tmp_path / "empty").mkdir()
     empty = run_cli("build-dataset", tmp_path / "empty", "--output", tmp_path / "ds2", "--skip-invalid")
@@ -153,3 +155,138 @@ def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
         main(["build-dataset", str(episodes), "-o", str(tmp_path / "y"), "--format", "awm-agent", "--compact-tools"])
     assert exit_.value.code == 2 and "--compact-tools applies to --format chat-template" in capsys.readouterr().err
     assert not (tmp_path / "y").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Usage conventions shared by every command
+
+
+def test_help_into_a_closed_pipe_is_not_a_traceback():
+    """`echo-trl --help | head -3`: the reader may leave before the help is written."""
+    import os
+
+    for argv in (["--help"], ["stats", "--help"]):
+        proc = subprocess.Popen([sys.executable, "-m", "echo_trl.cli", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc.stdout.close()  # the reader is gone before anything is written
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
+    from echo_trl.commands.eval_world_model import parse_args
+    from echo_trl.commands.stats import build_parser
+
+    p = build_parser()
+    assert "--max_length" in p.format_help() and "--trust_remote_code" in p.format_help()
+    for spelling in ("--max_length", "--max-length"):
+        assert p.parse_args(["ds", "--tokenizer", "t", spelling, "8"]).max_length == 8
+    assert p.parse_args(["ds", "--tokenizer", "t", "--max-length=9", "--trust-remote-code"]).trust_remote_code
+    for abbreviated in (["--max_len", "8"], ["--trust"], ["--tok", "t"]):
+        with pytest.raises(SystemExit) as exc:
+            p.parse_args(["ds", "--tokenizer", "t", *abbreviated])
+        assert exc.value.code == 2
+    assert "unrecognized arguments: --max_len" in capsys.readouterr().err
+    ns = parse_args(["--model", "m", "--dataset", "d", "--max-completion-length", "7", "--trust-remote-code"])
+    assert ns.max_completion_length == 7 and ns.trust_remote_code
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--dataset", "d", "--lim", "3"])
+    # commands that define hyphenated flags show them with underscores and take both spellings
+    from echo_trl.commands import build_dataset, capture
+
+    bp = build_dataset.build_parser()
+    assert "--skip_invalid" in bp.format_help() and "--skip-invalid" not in bp.format_usage()
+    ns = bp.parse_args(["eps", "--output", "o", "--skip_invalid", "--compact-tools", "--push_to_hub", "me/x"])
+    assert ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
+    cp = capture.build_parser()
+    ns = cp.parse_args(["--data", "d", "--scenario", "s", "--policy", "p", "--output", "o", "--task_idx", "1",
+                        "--task-idx", "2", "--max_steps", "3"])
+    assert ns.task_idx == [1, 2] and ns.max_steps == 3
+    with pytest.raises(SystemExit):
+        bp.parse_args(["eps", "--output", "o", "--skip"])
+
+
+# --------------------------------------------------------------------------------------------
+# Local paths never go to the Hub; Hub ids fail fast without network
+
+
+class CountingEndpoint:
+    """A stand-in Hub endpoint (HF_ENDPOINT) that counts connections and hangs up on each: a Hub that
+    cannot be reached. The count shows whether a command asked it at all, and whether it retried."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.count = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.count += 1
+            conn.close()
+
+    def env(self) -> dict[str, str]:
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+        return {**env, "HF_ENDPOINT": self.url, "ECHO_TRL_PROGRESS": "0"}
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def hub():
+    endpoint = CountingEndpoint()
+    yield endpoint
+    endpoint.close()
+
+
+def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, hub):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    eps = tmp_path / "e.json"
+    eps.write_text(json.dumps(openenv_episode()))
+    cases = [(["stats", tmp_path / "no_ds", "--tokenizer", tmp_path / "tok"], f"dataset {tmp_path / 'no_ds'}"),
+             (["stats", eps, "--tokenizer", "./no_tok"], "tokenizer ./no_tok"),
+             (["eval-world-model", "--model", tmp_path / "no_model", "--dataset", eps], f"model {tmp_path / 'no_model'}"),
+             (["train", "--model_name_or_path", tmp_path / "no_model", "--dataset_name", tmp_path, "--use_cpu",
+               "--output_dir", tmp_path / "o"], f"--model_name_or_path {tmp_path / 'no_model'}")]
+    for argv, named in cases:
+        r = subprocess.run([sys.executable, "-m", "echo_trl.cli", *map(str, argv)], capture_output=True, text=True,
+                           env=hub.env(), timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
+    assert hub.count == 0  # not one request for a local path
+
+
+def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hub):
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+                        str(tmp_path / "tok")], capture_output=True, text=True, env=hub.env(), timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
+    assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
+    offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+                        str(tmp_path / "tok")], capture_output=True, text=True, env=offline, timeout=300)
+    assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
+    assert hub.count == 1  # offline: the Hub is not asked at all
+
+
+def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
+    eps = tmp_path / "eps.jsonl"
+    eps.write_text(json.dumps(openenv_episode()) + "\n")
+    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Saving the dataset" not in r.stderr and r.stderr == "", r.stderr

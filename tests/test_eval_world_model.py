@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from test_cli import CountingEndpoint
 
 from echo_trl.cli import main as cli_main
 from echo_trl.dataset import trajectories_to_dataset
@@ -85,7 +86,10 @@ def test_cli_json_and_text(model_and_data, capsys):
 def test_cli_bad_model_is_exit_2(model_and_data, tmp_path, capsys):
     _, data_dir, _ = model_and_data
     assert cli_main(["eval-world-model", "--model", str(tmp_path / "nope"), "--dataset", str(data_dir)]) == 2
-    assert "cannot load model" in capsys.readouterr().err
+    assert f"model {tmp_path / 'nope'}: no such file or directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["eval-world-model", "--model", str(tmp_path / "empty"), "--dataset", str(data_dir)]) == 2
+    assert f"cannot load model {tmp_path / 'empty'}: " in capsys.readouterr().err
 
 
 def test_stdout_is_exactly_one_json_object_in_a_real_process(model_and_data):
@@ -96,3 +100,18 @@ def test_stdout_is_exactly_one_json_object_in_a_real_process(model_and_data):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tokens_env"] > 0  # the whole stdout is one JSON document
+
+
+def test_local_model_directory_is_never_probed_on_the_hub(model_and_data):
+    """A full model directory is not a PEFT adapter because it has no adapter_config.json: the Hub is not asked
+    (before, PEFT looked the file up on the Hub for every run: ~30 s of retries without network)."""
+    model_dir, data_dir, _ = model_and_data
+    hub = CountingEndpoint()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", "eval-world-model", "--model", str(model_dir),
+                               "--dataset", str(data_dir), "--json"], capture_output=True, text=True, env=hub.env(),
+                              timeout=300)
+    finally:
+        hub.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tokens_env"] > 0 and hub.count == 0

@@ -9,6 +9,8 @@ import pytest
 from echo_trl.cli import main as cli_main
 from echo_trl.commands import train as train_cmd
 from echo_trl.dataset import build_awm_dataset
+from echo_trl.errors import EchoTrlError
+from echo_trl.loading import resolve_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -141,3 +143,96 @@ def test_demo_split_follows_splits_json_and_tools_shrink_to_names(assets, tmp_pa
     small = train_cmd._names_only_tools(ds.map(lambda r: {"tools": [_json.dumps(full)]}))
     tool = _json.loads(small[0]["tools"][0])
     assert tool["function"]["name"] == "get_book" and tool["function"]["description"] == ""
+
+
+def test_config_file_errors_are_one_line(assets, tmp_path, capsys):
+    root, model, _ = assets
+    assert cli_main(_flags(root, model, tmp_path / "o", "--config", str(tmp_path / "missing.yaml"))) == 2
+    assert capsys.readouterr().err == f"echo-trl train: error: --config {tmp_path / 'missing.yaml'}: no such file\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("world_model_coeff: [0.1\n")
+    assert cli_main(_flags(root, model, tmp_path / "o", "--config", str(bad))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"echo-trl train: error: --config {bad}: not readable YAML") and err.count("\n") == 1
+
+
+def test_flags_are_never_abbreviated(assets, tmp_path, capsys):
+    root, model, _ = assets
+    # a usage error instead of silently --max_steps 3
+    assert cli_main(_flags(root, model, tmp_path / "o", "--max_step", "3")) == 2
+    assert "error: unrecognized arguments: --max_step 3 (" in capsys.readouterr().err
+    parser = train_cmd.make_parser()  # the hyphen spelling is an alias of TRL's underscore one
+    assert parser.parse_known_args(["--max-steps", "4", "--output_dir", "x"])[0].max_steps == 4
+
+
+def test_max_completion_length_shorter_than_every_first_message_is_a_usage_error(assets, tmp_path, capsys):
+    root, model, _ = assets
+    rc = cli_main(_flags(root, model, tmp_path / "o", "--max_completion_length", "5"))
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err  # was a torch RuntimeError
+    assert "--max_completion_length 5 keeps no completion token of 12 of 12 trajectories" in err
+
+
+def _checkpoint(path, step, complete=True):
+    path.mkdir(parents=True)
+    if complete:
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    return path
+
+
+def test_resume_true_is_the_latest_complete_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    assert resolve_checkpoint("false", str(out)) is None and resolve_checkpoint(None, str(out)) is None
+    with pytest.raises(EchoTrlError, match="no complete checkpoint-N in"):
+        resolve_checkpoint("true", str(out))
+    two = _checkpoint(out / "checkpoint-2", 2)
+    _checkpoint(out / "checkpoint-10", 10)
+    (out / "checkpoint-10" / "trainer_state.json").write_text('{"global_st')  # the save was cut mid-write
+    _checkpoint(out / "checkpoint-12", 12, complete=False)  # Ctrl-C right after mkdir
+    _checkpoint(out / "checkpoint-x", 0)
+    for value in ("true", "True", True):
+        assert resolve_checkpoint(value, str(out)) == str(two)
+    assert resolve_checkpoint(str(two), str(out)) == str(two)
+    with pytest.raises(EchoTrlError, match="checkpoint-12: incomplete checkpoint"):
+        resolve_checkpoint(str(out / "checkpoint-12"), str(out))
+    with pytest.raises(EchoTrlError, match="no such checkpoint directory"):
+        resolve_checkpoint(str(out / "checkpoint-99"), str(out))
+
+
+def test_resume_from_checkpoint_true_skips_an_interrupted_save(assets, tmp_path, monkeypatch):
+    from echo_trl.trainer import EchoGRPOTrainer
+
+    root, model, _ = assets
+    out = tmp_path / "run"
+    flags = ["--save_strategy", "steps", "--save_steps", "1", "--logging_steps", "1"]
+    assert cli_main(_flags(root, model, out, *flags, "--max_steps", "2")) == 0
+    for f in (out / "checkpoint-2").iterdir():  # what SIGINT during the save of step 2 leaves
+        f.unlink() if f.is_file() else None
+    (out / "checkpoint-2" / "trainer_state.json").unlink(missing_ok=True)
+    seen = []
+    real_train = EchoGRPOTrainer.train
+
+    def train(self, resume_from_checkpoint=None, **kw):
+        seen.append(resume_from_checkpoint)
+        return real_train(self, resume_from_checkpoint=resume_from_checkpoint, **kw)
+
+    monkeypatch.setattr(EchoGRPOTrainer, "train", train)
+    assert cli_main(_flags(root, model, out, *flags, "--max_steps", "3", "--resume_from_checkpoint", "true")) == 0
+    assert seen == [str(out / "checkpoint-1")]  # was: "true" taken as a path
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3]
+
+
+def test_a_training_command_is_quiet_by_default(assets, tmp_path):
+    """No library chatter the user cannot act on: no gradient_checkpointing FutureWarning (TRL's default,
+    renamed by transformers), no progress bars for weight loading or shard writing (a blink of work)."""
+    import os
+    import subprocess
+    import sys
+
+    root, model, _ = assets
+    proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", *_flags(root, model, tmp_path / "o")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    for noise in ("FutureWarning", "gradient_checkpointing", "Loading weights", "Writing model shards", "Saving"):
+        assert noise not in proc.stderr, proc.stderr

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..awm import DEFAULT_SYSTEM_PROMPT, FORMATS, VERIFY_TURNS, SkippedRecord
+from ..cards import plural
 from ..dataset import DATASET_MARKER, build_awm_dataset, save_dataset
 from ..outputs import check_output_dir
 
@@ -39,7 +40,9 @@ file:record: field) or an --output that cannot be written, 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
+    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+
+    p = ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="EPISODE_FILES_OR_DIRS", help=".json/.jsonl files or directories")
     p.add_argument("--output", "-o", required=True, metavar="DIR", help="where to save the dataset")
@@ -76,7 +79,7 @@ def main(argv: list[str]) -> int:
     out = save_dataset(ds, args.output, skipped=skipped, push_to_hub=args.push_to_hub,
                        private=args.private or None)
     scenarios = len(set(ds["scenario"]))
-    print(f"built {len(ds)} episodes from {scenarios} scenario(s), format {args.format} -> {out}")
+    print(f"built {plural(len(ds), 'episode')} from {plural(scenarios, 'scenario')}, format {args.format} -> {out}")
     if skipped:
         print(f"skipped {len(skipped)} invalid record(s); reasons in {out / 'skipped.jsonl'}:", file=sys.stderr)
         for s in skipped[:10]:

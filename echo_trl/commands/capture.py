@@ -51,7 +51,9 @@ is compared with the recorded one (capture_log.txt: 'replay check').
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+
+    p = ArgumentParser(
         prog="echo-trl capture", description="Run an AWM scenario locally (SQLite + generated MCP server + "
         "code verifier, contained) and record episodes in the OpenEnv capture shape.",
         epilog=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

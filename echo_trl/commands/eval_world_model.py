@@ -9,15 +9,15 @@ JSON object on stdout: ``{"ce_env": ..., "tokens_env": ..., "by_scenario": {...}
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from ..errors import EchoTrlError
+from ..cli import ArgumentParser
+from ..loading import load_dataset_named, load_model, load_tokenizer, locate
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+def parse_args(argv: list[str]):
+    p = ArgumentParser(
         prog="echo-trl eval-world-model",
         description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
                     "a trajectory dataset: how well it predicts what the environment answered.")
@@ -33,45 +33,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N trajectories")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--trust_remote_code", action="store_true")
+    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's custom code to run")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
     return p.parse_args(argv)
 
 
-def load_model(name: str, *, device: str | None, dtype: str = "auto", trust_remote_code: bool = False):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), "trust_remote_code": trust_remote_code}
-    try:
-        from peft import AutoPeftModelForCausalLM, PeftConfig
-
-        PeftConfig.from_pretrained(name)
-        model = AutoPeftModelForCausalLM.from_pretrained(name, **kwargs)
-    except (ImportError, ValueError, OSError):
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
-        except OSError as exc:
-            raise EchoTrlError(f"cannot load model {name!r}: {exc}") from None
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device)
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from transformers import AutoTokenizer
-
-    from ..dataset import load_echo_dataset
     from ..world_eval import evaluate_world_model
 
-    ds = load_echo_dataset(args.dataset, split=args.split)
+    for name, what in ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer")):
+        if name is not None:
+            locate(name, what)  # every name checked before anything slow is loaded
+    ds = load_dataset_named(args.dataset, split=args.split)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
     model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
-    except OSError as exc:
-        raise EchoTrlError(f"cannot load tokenizer {args.tokenizer or args.model!r}: {exc}") from None
+    tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
     result = evaluate_world_model(model, tokenizer, ds, max_length=args.max_length,
                                   max_completion_length=args.max_completion_length)
     result = {"model": args.model, "dataset": args.dataset, **result}

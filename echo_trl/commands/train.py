@@ -71,28 +71,63 @@ def make_parser():
     usage = ("echo-trl train [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
              "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
              "       echo-trl train --demo --help    # the demo's options")
+    # allow_abbrev=False: `--max_step 3` must not silently become --max_steps (HfArgumentParser passes it on
+    # to argparse and already accepts --max-steps for --max_steps)
     return TrlParser((EchoScriptArguments, EchoGRPOConfig, ModelConfig), prog="echo-trl train", usage=usage,
-                     description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                     description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                     allow_abbrev=False)
 
 
 def main(argv: list[str]) -> int:
     argv = list(argv)
     if not argv or argv[0] == "--demo":
         return run_demo(parse_demo_args(argv[1:] if argv else []))
+    from ..loading import check_config_file
+
+    check_config_file(argv)
     parser = make_parser()
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as exc:  # TrainingArguments / GRPOConfig validation: a usage error, not a crash
+        if "not used by the HfArgumentParser" in str(exc):
+            unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
+            raise EchoTrlError(f"unrecognized arguments: {unknown} (`echo-trl train --help` lists every flag; "
+                               "flags are never abbreviated)") from None
         hint = (" (on a machine without a GPU pass --use_cpu; `echo-trl train` with no arguments runs the CPU demo)"
                 if "use_cpu" in str(exc) else "")
-        raise EchoTrlError(f"invalid training arguments: {exc}{hint}") from exc
+        raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
     return run_training(script_args, training_args, model_args)
+
+
+def check_completion_room(tokenizer, dataset, limit: int | None, name: str) -> None:
+    """Every trajectory keeps at least one completion message under ``max_completion_length``.
+
+    Completions are cut at message ends, so a limit shorter than a row's first message leaves that row
+    with no completion token at all: it would train nothing, and a batch of such rows makes an empty
+    completion that TRL's loss cannot take (a tensor-size RuntimeError deep in the step).
+    """
+    from ..tokenization import tokenize_batch
+
+    if limit is None:
+        return
+    if limit < 1:
+        raise EchoTrlError(f"--max_completion_length {limit}: expected a positive number of tokens")
+    firsts = []
+    for start in range(0, len(dataset), 256):
+        for t in tokenize_batch(tokenizer, list(dataset.select(range(start, min(start + 256, len(dataset)))))):
+            firsts.append(t.message_token_spans[0][1] - t.prompt_length if t.message_token_spans else 0)
+    empty = [n for n in firsts if n > limit]
+    if empty:
+        raise EchoTrlError(
+            f"--max_completion_length {limit} keeps no completion token of {len(empty)} of {len(firsts)} trajectories "
+            f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
+            f"{max(empty)} tokens): use at least {max(firsts)}")
 
 
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from ..dataset import load_echo_dataset
+    from ..loading import load_tokenizer, locate, resolve_checkpoint
     from ..trainer import EchoGRPOTrainer
 
     if not model_args.model_name_or_path:
@@ -100,16 +135,27 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     if not script_args.dataset_name:
         raise EchoTrlError("--dataset_name is required: a trajectory dataset directory or Hub id "
                            "(build one with `echo-trl build-dataset`)")
-    train_dataset = _load_split(load_echo_dataset, script_args, script_args.dataset_train_split)
+    evaluating = training_args.eval_strategy != "no"
+    for name, what in ((model_args.model_name_or_path, "--model_name_or_path"), (script_args.dataset_name,
+                       "--dataset_name"), (script_args.eval_dataset_name if evaluating else None, "--eval_dataset_name")):
+        if name:
+            locate(name, what)  # every name checked before anything slow is loaded
+    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    train_dataset = _load_split(script_args.dataset_name, script_args.dataset_train_split)
     eval_dataset = None
-    if training_args.eval_strategy != "no":
+    if evaluating:
         if script_args.eval_dataset_name:
-            eval_dataset = load_echo_dataset(script_args.eval_dataset_name, split=script_args.dataset_test_split)
+            eval_dataset = _load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
         elif (Path(script_args.dataset_name) / "dataset_info.json").exists():
             raise EchoTrlError(f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
                                "trajectories with --eval_dataset_name DIR")
         else:
-            eval_dataset = _load_split(load_echo_dataset, script_args, script_args.dataset_test_split)
+            eval_dataset = _load_split(script_args.dataset_name, script_args.dataset_test_split)
+    # the trainer loads its own (left-padded) copy; this one only measures the first completion messages
+    tokenizer = load_tokenizer(model_args.model_name_or_path, trust_remote_code=training_args.trust_remote_code)
+    for ds, name in ((train_dataset, script_args.dataset_name), (eval_dataset, "the eval dataset")):
+        if ds is not None:
+            check_completion_room(tokenizer, ds, training_args.max_completion_length, name)
     model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
                              attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
     model_init_kwargs.update(training_args.model_init_kwargs or {})
@@ -118,7 +164,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
         model=model_args.model_name_or_path, args=training_args, train_dataset=train_dataset,
         eval_dataset=eval_dataset, quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
     trainer.save_model(training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_world/ce_env" in h]
@@ -128,12 +174,14 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     return 0
 
 
-def _load_split(load, script_args: EchoScriptArguments, split: str):
+def _load_split(name: str, split: str):
+    from ..loading import load_dataset_named
+
     try:
-        return load(script_args.dataset_name, split=split)
+        return load_dataset_named(name, split=split)
     except (KeyError, ValueError) as exc:
         if "split" in str(exc).lower() or isinstance(exc, KeyError):
-            raise EchoTrlError(f"{script_args.dataset_name}: no split {split!r} ({exc})") from None
+            raise EchoTrlError(f"{name}: no split {split!r} ({exc})") from None
         raise
 
 
