@@ -19,14 +19,14 @@ from datasets import Features, List, Value
 
 from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, load_awm_episodes
 from .errors import DatasetSchemaError
-from .roles import Role, Trajectory
+from .roles import MESSAGE_ROLES, Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
                      "function": {"name": Value("string"), "arguments": Value("string")}}
 MESSAGE_FEATURE = {"role": Value("string"), "content": Value("string"), "name": Value("string"),
                    "tool_calls": List(TOOL_CALL_FEATURE)}
 
-#: The ECHO trajectory schema (see DESIGN.md, "Dataset row").
+#: The ECHO trajectory schema (one row per episode).
 FEATURES = Features({
     "prompt": List(MESSAGE_FEATURE),
     "completion": List(MESSAGE_FEATURE),
@@ -209,7 +209,7 @@ CITATIONS = """\
 
 def role_counts(ds: datasets.Dataset) -> dict[str, dict[str, int]]:
     """Messages and characters per role (tokenizer-free; ``echo-trl stats`` counts tokens)."""
-    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in Role}
+    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in MESSAGE_ROLES}
     for row in ds:
         for m in row["prompt"]:
             counts["context"]["messages"] += 1

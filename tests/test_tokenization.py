@@ -17,16 +17,10 @@ from hypothesis import strategies as st
 
 from echo_trl.awm import load_awm_episodes
 from echo_trl.errors import TemplateError
-from echo_trl.roles import Trajectory, tool_call
-from echo_trl.tokenization import (
-    ACTION,
-    ENV_OUTPUT,
-    WARNING,
-    WARNING_SEPARATOR,
-    TruncationError,
-    tokenize_batch,
-    tokenize_with_roles,
-)
+from echo_trl.roles import Role, Trajectory, tool_call
+from echo_trl.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
+
+ACTION, ENV_OUTPUT, WARNING = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.WARNING.code
 
 
 def make_trajectory(outputs, *, warnings=None, args=None, tools=("lookup", "update")) -> Trajectory:
@@ -167,7 +161,7 @@ def test_batch_equals_one_by_one_and_dataset_rows_equal_trajectories():
 
 
 def test_template_problems_are_clear_errors():
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer("qwen2_5")
     tok.chat_template = None

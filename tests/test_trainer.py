@@ -13,9 +13,9 @@ from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call
-from echo_trl.tiny import build_tiny_model
 from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -313,7 +313,7 @@ def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     full = evaluate_world_model(trainer.model, tok, held)["ce_env"]
     for metrics in (trainer.evaluate(eval_dataset=held), trainer.evaluate()):
         assert metrics["eval_world/ce_env"] == pytest.approx(full, rel=1e-5)
-        assert trainer._echo_eval_seen == {0, 1, 2}
+        assert trainer._echo_eval.seen == {0, 1, 2}
 
 
 def test_training_logs_world_metrics_and_filter_counters(tmp_path):
