@@ -20,6 +20,7 @@ Roles come from character spans in the rendered text:
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,16 @@ from .roles import Role, Trajectory, tool_call
 #: How warnings are appended to a tool message's rendered text (never into its stored content).
 WARNING_SEPARATOR = "\n\n"
 
-_PROBE = "ECHOPROBE{}X"
+#: Stands in for special-token text inside the conversation when locating the template's own special tokens.
+_NEUTRAL = "\ue000"
+
+
+def probe_format(*data: str) -> str:
+    """A placeholder format (``.format(i)``) for locating rendered text: random, and absent from ``data``."""
+    while True:
+        tag = f"echoprobe{secrets.token_hex(8)}"
+        if not any(tag in d for d in data):
+            return tag + "_{}_"
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class TemplateInfo:
     generation_prompt: str  # what add_generation_prompt appends: the assistant turn header
     end_markers: tuple[str, ...]  # tokens that end a generated turn
     tool_content: str | None  # "verbatim" | "escaped" when tool content is inserted as-is, else None
+    special_tokens: tuple[str, ...] = ()  # the tokenizer's special tokens, longest first
 
 
 @dataclass
@@ -94,7 +105,7 @@ def _derive_template_info(tokenizer) -> TemplateInfo:
     with_gen = _render(tokenizer, convo, None, add_generation_prompt=True)
     if not with_gen.startswith(plain) or len(with_gen) == len(plain):
         raise TemplateError("chat template has no generation prompt (add_generation_prompt changes nothing)")
-    probe = _PROBE.format("A")
+    probe = probe_format().format("A")
     text = _render(tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None)
     after = text[text.index(probe) + len(probe):]
     specials = sorted({*tokenizer.all_special_tokens,
@@ -106,7 +117,7 @@ def _derive_template_info(tokenizer) -> TemplateInfo:
     if not markers:
         raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
     return TemplateInfo(with_gen[len(plain):], tuple(sorted(markers, key=len, reverse=True)),
-                        _tool_content_mode(tokenizer))
+                        _tool_content_mode(tokenizer), tuple(specials))
 
 
 def _tool_content_mode(tokenizer) -> str | None:
@@ -156,47 +167,48 @@ def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
     return pieces
 
 
-def _splice(probe_text: str, contents: dict[int, str], mode: str) -> str:
+def _splice(probe_text: str, probe: str, contents: dict[int, str], mode: str) -> str:
     """The probe render with each probe replaced by its tool content as the template renders it."""
     out, last = [], 0
     for i in sorted(contents):
-        probe = _PROBE.format(i)
-        at = probe_text.find(probe, last)
+        probe_i = probe.format(i)
+        at = probe_text.find(probe_i, last)
         out += [probe_text[last:at], _escaped(contents[i]) if mode == "escaped" else contents[i]]
-        last = at + len(probe)
+        last = at + len(probe_i)
     out.append(probe_text[last:])
     return "".join(out)
 
 
-def _render_tools(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str]) -> tuple[str, str]:
+def _render_tools(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str],
+                  probe: str) -> tuple[str, str]:
     """(real render, probe render): the conversation with each tool message's text, and with a probe in
     its place. The real one is spliced from the probe render once that was checked against a real render
     for this tokenizer (only templates that insert tool content as-is)."""
     prompt, completion, tools = trajectory.prompt, trajectory.completion, trajectory.tools or None
-    probed = [*prompt, *[({**m, "content": _PROBE.format(i)} if i in contents else m) for i, m in enumerate(completion)]]
+    probed = [*prompt, *[({**m, "content": probe.format(i)} if i in contents else m) for i, m in enumerate(completion)]]
     probe_text = _render(tokenizer, probed, tools)
     for i in contents:
-        at = probe_text.find(_PROBE.format(i))
-        if at == -1 or probe_text.find(_PROBE.format(i), at + 1) != -1:
+        at = probe_text.find(probe.format(i))
+        if at == -1 or probe_text.find(probe.format(i), at + 1) != -1:
             raise TemplateError("chat template does not render each tool message's content exactly once")
     state = tokenizer_state(tokenizer)
     if info.tool_content and state.splice_ok:
-        return _splice(probe_text, contents, info.tool_content), probe_text
+        return _splice(probe_text, probe, contents, info.tool_content), probe_text
     real = [*prompt, *[({**m, "content": contents[i]} if i in contents else m) for i, m in enumerate(completion)]]
     text = _render(tokenizer, real, tools)
     if info.tool_content and state.splice_ok is None:
-        state.splice_ok = _splice(probe_text, contents, info.tool_content) == text
+        state.splice_ok = _splice(probe_text, probe, contents, info.tool_content) == text
     return text, probe_text
 
 
-def _content_starts(info: TemplateInfo, text: str, probe_text: str,
+def _content_starts(info: TemplateInfo, text: str, probe_text: str, probe: str,
                     contents: dict[int, str]) -> dict[int, tuple[int, bool]]:
     """Where each tool message's text starts in ``text``, and whether the template JSON-escaped it."""
     starts: dict[int, tuple[int, bool]] = {}
     shift = 0
     for i in sorted(contents):
-        probe = _PROBE.format(i)
-        pos = probe_text.find(probe) + shift
+        probe_i = probe.format(i)
+        pos = probe_text.find(probe_i) + shift
         full = contents[i]
         # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"):
         # trust the template's known mode, else prefer the escaped form when it differs.
@@ -205,7 +217,7 @@ def _content_starts(info: TemplateInfo, text: str, probe_text: str,
         if not matches:
             raise TemplateError(f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)")
         starts[i] = (pos, matches[0])
-        shift += len(_escaped(full) if matches[0] else full) - len(probe)
+        shift += len(_escaped(full) if matches[0] else full) - len(probe_i)
     if len(probe_text) + shift != len(text):
         raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
     return starts
@@ -222,6 +234,10 @@ class Layout:
     completion_start: int  # char where the first action begins
     message_ends: list[int]  # per completion message: char after its turn's end marker
     preamble_end: int  # end of the first turn (system + tools) when it ends in an end-of-turn token, else 0
+    #: Char spans of the special tokens the template itself rendered, when the conversation also holds
+    #: special-token text (which must stay text); None when it holds none (the text is tokenized whole).
+    template_specials: list[tuple[int, int]] | None = None
+    neutral_text: str = ""  # ``text`` with that special-token text replaced (same length), when it has some
 
 
 def _mark_action(text: str, roles: np.ndarray, info: TemplateInfo, message: dict, i: int, cursor: int) -> tuple[int, int]:
@@ -254,6 +270,42 @@ def _mark_tool(text: str, roles: np.ndarray, info: TemplateInfo, pieces: list[tu
     return _find_end(text, pos, info.end_markers)
 
 
+def _neutralized(value, specials: tuple[str, ...]):
+    """``value`` (strings, lists, dicts) with each special token's text replaced by as many neutral characters."""
+    if isinstance(value, str):
+        for s in specials:
+            value = value.replace(s, _NEUTRAL * len(s))
+        return value
+    if isinstance(value, dict):
+        return {k: _neutralized(v, specials) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutralized(v, specials) for v in value]
+    return value
+
+
+def _template_specials(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str],
+                       text: str) -> tuple[list[tuple[int, int]], str]:
+    """Where the template itself put special tokens in ``text``, found in a render of the same conversation
+    whose special-token text is neutralized (same length; a template inserts it verbatim or JSON-escaped,
+    and JSON escapes neither)."""
+    real = [*trajectory.prompt, *[({**m, "content": contents[i]} if i in contents else m)
+                                  for i, m in enumerate(trajectory.completion)]]
+    neutral = _render(tokenizer, _neutralized(real, info.special_tokens),
+                      _neutralized(trajectory.tools, info.special_tokens) or None)
+    if len(neutral) != len(text):
+        raise TemplateError("chat template renders special-token text inside the conversation in a "
+                            "length-changing way; cannot tell it from the template's own special tokens")
+    spans, taken = [], np.zeros(len(neutral) + 1, dtype=bool)
+    for s in info.special_tokens:  # longest first
+        at = neutral.find(s)
+        while at != -1:
+            if not taken[at:at + len(s)].any():
+                spans.append((at, at + len(s)))
+                taken[at:at + len(s)] = True
+            at = neutral.find(s, at + len(s))
+    return sorted(spans), neutral
+
+
 def layout(tokenizer, trajectory: Trajectory) -> Layout:
     """Render ``trajectory`` and give every character of the rendered text a role."""
     info = template_info(tokenizer)
@@ -261,9 +313,12 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
     pieces = {i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
               for i, m in enumerate(completion) if m["role"] == "tool"}
     contents = {i: "".join(p for _, p in pieces[i]) for i in pieces}
+    data = json.dumps([trajectory.prompt, completion, trajectory.tools, trajectory.warnings], ensure_ascii=False,
+                      default=str)
     if pieces:
-        text, probe_text = _render_tools(tokenizer, info, trajectory, contents)
-        starts = _content_starts(info, text, probe_text, contents)
+        probe = probe_format(data)
+        text, probe_text = _render_tools(tokenizer, info, trajectory, contents, probe)
+        starts = _content_starts(info, text, probe_text, probe, contents)
     else:
         text, starts = _render(tokenizer, [*trajectory.prompt, *completion], trajectory.tools or None), {}
     roles = np.zeros(len(text), dtype=np.int8)
@@ -282,4 +337,7 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
     # Everything before the first action is the prompt, including the generation prompt.
     roles[:completion_start][roles[:completion_start] == Role.OBSERVATION.code] = Role.CONTEXT.code
     first_end = _find_end(text, 0, info.end_markers)
-    return Layout(text, roles, completion_start, ends, first_end if first_end < completion_start else 0)
+    result = Layout(text, roles, completion_start, ends, first_end if first_end < completion_start else 0)
+    if any(s in data for s in info.special_tokens):
+        result.template_specials, result.neutral_text = _template_specials(tokenizer, info, trajectory, contents, text)
+    return result

@@ -17,11 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from .layout import probe_format
 from .quality import passes_filters, rollout_quality
 from .roles import Role
 from .world_mask import world_mask
-
-_PROBE = "ECHOPROBE{}Z"
 
 
 @dataclass
@@ -85,15 +84,15 @@ def token_char_starts(tokenizer, ids: Sequence[int]) -> tuple[str, list[int]]:
     return text, starts
 
 
-def _content_ranges(text: str, probe_text: str, contents: list[str]) -> list[tuple[int, int]] | None:
+def _content_ranges(text: str, probe_text: str, probe: str, contents: list[str]) -> list[tuple[int, int]] | None:
     """Char ranges of ``contents`` in ``text``, aligning the template pieces of ``probe_text`` from the right."""
     pieces = []  # static template text between probes: seg_0, ..., seg_K
     rest = probe_text
     for k in range(len(contents)):
-        probe = _PROBE.format(k)
-        if rest.count(probe) != 1:
+        probe_k = probe.format(k)
+        if rest.count(probe_k) != 1:
             return None
-        before, rest = rest.split(probe)
+        before, rest = rest.split(probe_k)
         pieces.append(before)
     pieces.append(rest)
     end = len(text)
@@ -141,8 +140,9 @@ def tool_content_mask(
         if not all(isinstance(c, str) for c in contents):
             continue  # multimodal tool output: no text to learn
         text, starts = token_char_starts(tokenizer, completion_ids[a:b])
-        probed = [{**m, "content": _PROBE.format(k)} for k, m in enumerate(group)]
-        ranges = _content_ranges(text, render_suffix(probed), contents)
+        probe = probe_format(text, *contents)
+        probed = [{**m, "content": probe.format(k)} for k, m in enumerate(group)]
+        ranges = _content_ranges(text, render_suffix(probed), probe, contents)
         if ranges is None:
             return None
         bounds = np.asarray(starts)

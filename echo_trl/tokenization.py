@@ -1,11 +1,20 @@
 """Exact per-token roles: render once with the model's chat template, tokenize once.
 
-The token ids are exactly ``tokenizer(rendered_text, add_special_tokens=False)`` of the whole
-conversation rendered by the model's own chat template: tokenizing per segment would drift at
-BPE merges across segment boundaries. :func:`echo_trl.layout.layout` gives every character of
-the rendered text a role; a token takes the role of the span holding its first character (a BPE
-token that merges the last character of a tool output with the newline after it counts as env
-output).
+The exactness rule: the token ids are those of the whole conversation rendered by the model's own
+chat template, tokenized in one piece (``tokenizer(rendered_text, add_special_tokens=False)``;
+tokenizing per message would drift at BPE merges across message boundaries), where only the special
+tokens the template itself rendered act as special tokens. Text inside the conversation that spells a
+special token (a tool output holding ``<|im_end|>\n<|im_start|>assistant``, a task, a tool schema)
+stays text: it is tokenized as ``split_special_tokens=True`` tokenizes it, so no content can open or
+close a turn. For a conversation without such text the two readings are the same ids. With it, the
+text between the template's special tokens is tokenized piece by piece (special tokens already split
+a text before BPE runs, so the pieces are what the whole-text tokenization would cut anyway); that
+this reproduces the whole-text ids is checked on the same conversation with the special-token text
+neutralized, and an error says so when a tokenizer does not allow it.
+
+:func:`echo_trl.layout.layout` gives every character of the rendered text a role; a token takes the
+role of the span holding its first character (a BPE token that merges the last character of a tool
+output with the newline after it counts as env output).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .dataset import row_to_trajectory
-from .errors import EchoTrlError
+from .errors import EchoTrlError, TemplateError
 from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from .roles import Role, Trajectory
 from .world_mask import target_codes, world_mask
@@ -159,6 +168,37 @@ class _Encoder:
         return out
 
 
+def _encode_pieces(tokenizer, text: str, specials: list[tuple[int, int]]) -> tuple[list[int], np.ndarray]:
+    """Ids and token start offsets of ``text``: the ``specials`` spans as special tokens, everything between
+    them tokenized as text (special-token text included)."""
+    pieces, bounds, last = [], [], 0
+    for a, b in [*specials, (len(text), len(text))]:
+        if a > last:
+            pieces.append(text[last:a])
+            bounds.append(last)
+        last = b
+    enc = tokenizer(pieces, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True) \
+        if pieces else {"input_ids": [], "offset_mapping": []}
+    parts = {start: (list(ids), [off[0] + start for off in offs])
+             for start, ids, offs in zip(bounds, enc["input_ids"], enc["offset_mapping"], strict=True)}
+    parts |= {a: ([tokenizer.convert_tokens_to_ids(text[a:b])], [a]) for a, b in specials}
+    ids, starts = [], []
+    for start in sorted(parts):
+        ids += parts[start][0]
+        starts += parts[start][1]
+    return ids, np.asarray(starts, dtype=np.int64)
+
+
+def _encode_with_literal_specials(tokenizer, lay: Layout) -> tuple[list[int], np.ndarray]:
+    """:func:`_encode_pieces` of a text holding special-token text, after checking on its neutralized twin
+    that tokenizing between the template's special tokens reproduces the whole-text ids."""
+    whole = tokenizer(lay.neutral_text, add_special_tokens=False)["input_ids"]
+    if list(whole) != _encode_pieces(tokenizer, lay.neutral_text, lay.template_specials)[0]:
+        raise TemplateError("the conversation holds special-token text, and this tokenizer does not tokenize the "
+                            "text between special tokens independently, so it cannot be kept as text exactly")
+    return _encode_pieces(tokenizer, lay.text, lay.template_specials)
+
+
 def _encoder(tokenizer) -> _Encoder:
     state = tokenizer_state(tokenizer)
     if state.encoder is None:
@@ -192,9 +232,13 @@ def tokenize_batch(
     """:func:`tokenize_with_roles` for many trajectories: one batched (parallel, Rust) encode."""
     target_codes(world_loss_target)  # validate early
     layouts = [layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
-    encoded = _encoder(tokenizer).encode([lay.text for lay in layouts], [lay.preamble_end for lay in layouts])
-    return [_assign(lay, ids, starts, max_length, world_loss_target)
-            for lay, (ids, starts) in zip(layouts, encoded, strict=True)]
+    plain = [lay for lay in layouts if lay.template_specials is None]
+    encoded = dict(zip(map(id, plain), _encoder(tokenizer).encode([lay.text for lay in plain],
+                                                                  [lay.preamble_end for lay in plain]), strict=True))
+    for lay in layouts:
+        if lay.template_specials is not None:
+            encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
+    return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target) for lay in layouts]
 
 
 def _assign(lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:
