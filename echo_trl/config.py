@@ -78,6 +78,7 @@ class EchoGRPOConfig(GRPOConfig):
             forward: when the two are equal (TRL's default of 1.0 included) the world term reuses GRPO's
             log-probs as they are; otherwise the hidden states of that same forward are projected once more
             through the LM head at `world_loss_temperature`, for the env tokens only (no second backbone forward).
+            The held-out `eval_world/ce_env` is always at temperature 1, whatever the two temperatures.
         use_policy_loss (`bool`, *optional*, defaults to `True`):
             Whether to train the GRPO term. `False` is verifier-free ECHO: only the world term trains.
 
@@ -144,7 +145,8 @@ class EchoGRPOConfig(GRPOConfig):
         metadata={"help": "Temperature of the world-model cross-entropy. 1.0 (default) is true cross-entropy, the "
                   "quantity the held-out env CE measures. TRL divides logits by `temperature` in its forward: when "
                   "the two are equal the world term reuses those log-probs; otherwise the env-token hidden states of "
-                  "the same forward are projected through the LM head once more (no second backbone forward)."},
+                  "the same forward are projected through the LM head once more (no second backbone forward). The held-out "
+                  "eval_world/ce_env is always at temperature 1."},
     )
     use_policy_loss: bool = field(
         default=True,

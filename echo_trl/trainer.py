@@ -94,7 +94,11 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_settings = CollatorSettings.from_args(args)
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
-            trl_compat.check_reprojection_supported(self.model)
+            trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
+                                                    "set them equal (the world term then reuses TRL's log-probs)")
+        if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
+            trl_compat.check_reprojection_supported(self.model, "the held-out env CE is at temperature 1, not "
+                                                    "temperature", "evaluate with temperature=1.0")
         if offline and args.use_policy_loss and not has_behavior_logprobs(train_dataset):
             logger.warning("offline ECHO: the trajectories carry no behavior_logprobs, so they are treated as "
                            "on-policy (importance ratio 1 at their first update, as in GRPO without vLLM)")
@@ -204,7 +208,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         if "fp16" not in self._echo_warned and uses_fp16(model, self.accelerator):
             self._warn_once("fp16", FP16_WARNING)
         inputs = dict(inputs)  # the capture may fill old log-probs in; never touch TRL's buffered batch
-        with trl_compat.capture_loss_forward(self, inputs, hidden_states=self._echo_reproject) as forward:
+        hidden = self._echo_reproject or (mode == "eval" and not math.isclose(self.temperature, 1.0))
+        with trl_compat.capture_loss_forward(self, inputs, hidden_states=hidden) as forward:
             if self.args.use_policy_loss:
                 loss = super()._compute_loss(model, inputs)
             else:
@@ -224,18 +229,16 @@ class EchoGRPOTrainer(GRPOTrainer):
                               end=a.world_model_coeff_end, steps=a.world_model_coeff_steps,
                               values=a.world_model_coeff_values, max_steps=self.state.max_steps)
 
-    def _world_logps(self, model, inputs, forward: trl_compat.LossForward) -> torch.Tensor:
-        """Per-token log-probs at ``world_loss_temperature`` (GRPO's own, or re-projected hidden states)."""
-        if not self._echo_reproject:
+    def _logps_at(self, temperature: float, model, inputs, forward: trl_compat.LossForward) -> torch.Tensor:
+        """Per-token log-probs at ``temperature``: TRL's own, or its hidden states re-projected (ECHO's tokens)."""
+        if math.isclose(temperature, self.temperature):
             return forward.logps
         completion_ids = inputs["completion_ids"]
         need = inputs["completion_mask"].bool() & torch.stack(
             [inputs[k].bool() for k in ("world_mask", "env_output_mask", "warning_mask") if k in inputs]
             or [torch.zeros_like(completion_ids, dtype=torch.bool)]).any(0)
-        k = completion_ids.size(1)
-        hidden = forward.hidden[:, -k - 1:-1]  # the position before each completion token predicts it
-        values = trl_compat.logps_at_temperature(model, hidden[need], completion_ids[need],
-                                                 self.args.world_loss_temperature)
+        hidden = forward.hidden[:, -completion_ids.size(1) - 1:-1]  # the position before each token predicts it
+        values = trl_compat.logps_at_temperature(model, hidden[need], completion_ids[need], temperature)
         return torch.zeros(need.shape, dtype=values.dtype, device=values.device).masked_scatter(need, values)
 
     def _world_term(self, model, inputs, forward: trl_compat.LossForward, mode: str) -> torch.Tensor:
@@ -245,8 +248,10 @@ class EchoGRPOTrainer(GRPOTrainer):
         env_mask = inputs.get("env_output_mask", zeros).bool() & completion_mask
         warn_mask = inputs.get("warning_mask", zeros).bool() & completion_mask
         action_mask = completion_mask & (inputs["tool_mask"].bool() if "tool_mask" in inputs else True)
-        logps = self._world_logps(model, inputs, forward)
         training = mode == "train"
+        logps = self._logps_at(self.args.world_loss_temperature, model, inputs, forward)
+        # Metrics: the CE the world term trains on; held out, the true CE (temperature 1) the paper plots.
+        ce_logps = logps if training else self._logps_at(1.0, model, inputs, forward)
         world_items = inputs.get("world_num_items")
         if world_items is None:
             world_items = self.accelerator.gather(global_count(world_mask, self.args.world_loss_normalization)).sum()
@@ -256,14 +261,14 @@ class EchoGRPOTrainer(GRPOTrainer):
                               steps_per_generation=self.args.steps_per_generation, training=training)
         wl = world_loss(logps, world_mask, normalization=self.args.world_loss_normalization, divisor=divisor)
         coeff = self._current_coeff()
-        env_sum, env_n = nll_sum_and_count(logps, env_mask)
-        warn_sum, warn_n = nll_sum_and_count(logps, warn_mask)
+        env_sum, env_n = nll_sum_and_count(ce_logps, env_mask)
+        warn_sum, warn_n = nll_sum_and_count(ce_logps, warn_mask)
         local = torch.stack([env_sum, env_n, warn_sum, warn_n, wl.numerator.float(), wl.count.float(),
                              action_mask.sum().float()]).to(self.accelerator.device)
         totals = self.accelerator.reduce(local, reduction="sum").tolist()
         held_out = None
         if not training:  # held-out CE: token-weighted over the whole evaluation, each trajectory once
-            self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), logps, env_mask, warn_mask, totals[:4],
+            self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), ce_logps, env_mask, warn_mask, totals[:4],
                                 self.accelerator.gather)
             held_out = self._echo_eval.means()
         batch_metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)

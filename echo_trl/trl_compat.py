@@ -79,17 +79,15 @@ def render_tool_suffix(trainer, tool_messages: list[dict]) -> str:
         **trainer.chat_template_kwargs)
 
 
-def check_reprojection_supported(model) -> None:
-    """Raise if the second LM-head projection cannot reproduce this model's logits."""
+def check_reprojection_supported(model, why: str, fix: str) -> None:
+    """Raise if the second LM-head projection (needed because ``why``) cannot reproduce this model's logits."""
     config = causal_lm(model).config.get_text_config()
     found = [a for a in _LOGIT_RESCALING_ATTRS if getattr(config, a, None) not in (None, 1.0)]
     if found:
         from .errors import EchoTrlError
 
-        raise EchoTrlError(
-            f"world_loss_temperature differs from temperature, which re-projects hidden states through the LM head, "
-            f"but this model rescales its logits ({', '.join(found)}); set world_loss_temperature equal to "
-            "temperature (the world term then reuses TRL's log-probs)")
+        raise EchoTrlError(f"{why}, which re-projects hidden states through the LM head, but this model rescales "
+                           f"its logits ({', '.join(found)}); {fix}")
 
 
 @contextmanager
