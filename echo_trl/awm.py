@@ -15,21 +15,30 @@ Two recorded shapes are accepted (both are plain JSON, one episode per object):
        trajectory: [{action: list_tools | call_tool | verify, tool_name, arguments, success,
                      result, error, reward_type, reward, verify_result}]}
 
-Files may be ``.json`` (one object or a list of objects) or ``.jsonl`` (one object per line);
-directories are searched recursively, in sorted order, so the same input always gives the
-same episodes in the same order.
+Finding files and reading their records is :mod:`echo_trl.episode_files`; this module turns
+each record into a trajectory, naming the field of anything it cannot.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import EpisodeError
+from . import awm_agent
+from .awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
+from .episode_files import (  # noqa: F401  (re-exported: the reading layer's public names)
+    EPISODE_SUFFIXES,
+    EpisodeRecord,
+    find_episode_files,
+    is_episode_file,
+    iter_episode_records,
+    parse_json,
+)
+from .errors import EchoTrlError, EpisodeError
 from .roles import Trajectory, tool_call
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -39,20 +48,6 @@ DEFAULT_SYSTEM_PROMPT = (
 
 #: AWM's reward for each ``reward_type`` when an episode carries no explicit reward.
 AWM_REWARDS = {"complete": 1.0, "incomplete": 0.1, "format_error": -1.0}
-
-EPISODE_SUFFIXES = (".json", ".jsonl")
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    """One raw record read from disk, with where it came from; ``error`` set if unreadable."""
-
-    source: str
-    record: str  # "17" for a JSONL line, "[3]" for a list index, "" for a whole-file object
-    data: Any = None
-    error: EpisodeError | None = None
-    raw: str | None = None  # the raw text of the record, kept for the skipped report
-
 
 @dataclass(frozen=True)
 class SkippedRecord:
@@ -66,88 +61,18 @@ class SkippedRecord:
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "record": self.record, "reason": self.reason, "raw": self.raw}
 
-
-# --------------------------------------------------------------------------------------------
-# Reading files
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name} is not valid JSON")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def parse_json(text: str) -> Any:
-    """Strict JSON: duplicated keys and NaN/Infinity are errors, not silent last-one-wins."""
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
-
-
-def find_episode_files(inputs: Iterable[str | Path]) -> list[Path]:
-    """Expand files and directories into a sorted, de-duplicated list of episode files."""
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in EPISODE_SUFFIXES
-                                and p.name != "skipped.jsonl"))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise EpisodeError("no such file or directory", source=str(path))
-    seen: set[Path] = set()
-    unique = []
-    for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
-
-
-def iter_episode_records(inputs: Iterable[str | Path]) -> Iterator[EpisodeRecord]:
-    """Yield every raw record of every input; unreadable records carry an ``error``, never raise.
-
-    A broken line in a JSONL file does not hide the valid lines around it.
-    """
-    for path in find_episode_files(inputs):
-        source = str(path)
+    def to_jsonl(self) -> str:
+        """One ``skipped.jsonl`` line, for any record: text that is not valid Unicode is escaped
+        (``\\ud800``), a value too deep to write again is left out (its reason says why)."""
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            yield EpisodeRecord(source, "", error=EpisodeError(f"cannot read file: {exc}", source=source))
-            continue
-        if path.suffix == ".jsonl":
-            for lineno, line in enumerate(data.split(b"\n"), start=1):
-                if not line.strip():
-                    continue
-                yield _parse_record(line, source, str(lineno))
-        else:
-            rec = _parse_record(data, source, "")
-            if rec.error is None and isinstance(rec.data, list):
-                for i, item in enumerate(rec.data):
-                    yield EpisodeRecord(source, f"[{i}]", data=item, raw=None)
-            else:
-                yield rec
-
-
-def _parse_record(raw: bytes, source: str, record: str) -> EpisodeRecord:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        err = EpisodeError(f"invalid UTF-8 at byte {exc.start}", source=source, record=record or None)
-        return EpisodeRecord(source, record, error=err, raw=raw.decode("utf-8", errors="replace"))
-    try:
-        return EpisodeRecord(source, record, data=parse_json(text), raw=text)
-    except (ValueError, RecursionError) as exc:
-        err = EpisodeError(f"invalid JSON: {exc}", source=source, record=record or None)
-        return EpisodeRecord(source, record, error=err, raw=text)
+            line = json.dumps(self.to_json(), ensure_ascii=False)
+        except (RecursionError, ValueError, TypeError):
+            return json.dumps({**self.to_json(), "raw": None}, ensure_ascii=True)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(self.to_json(), ensure_ascii=True)
+        return line
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,9 +96,67 @@ def _expect(value: Any, kinds: type | tuple[type, ...], field: str, what: str) -
 
 def _finite(value: Any, field: str) -> float:
     _expect(value, (int, float), field, "a number")
-    if not math.isfinite(value):
+    try:
+        number = float(value)  # an integer like 10**400 has no float: OverflowError
+    except OverflowError:
+        raise EpisodeError("number out of range (an integer too large for a float)", field=field) from None
+    if not math.isfinite(number):
         raise EpisodeError(f"expected a finite number, got {value}", field=field)
-    return float(value)
+    return number
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: Any, field: str) -> int:
+    """An integer the dataset's ``int64`` column can hold (Arrow raises OverflowError otherwise)."""
+    _expect(value, int, field, "an integer")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise EpisodeError("integer out of range (the dataset stores a 64-bit integer)", field=field)
+    return value
+
+
+def _child(field: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{field}[{key}]"
+    return f"{field}.{key}" if field else str(key)
+
+
+def check_text(value: Any, field: str = "") -> None:
+    """Raise :class:`EpisodeError` at the first string (key or value) that is not valid Unicode.
+
+    JSON escapes can spell lone surrogates (``"\\ud800"``); Python keeps them, but no UTF-8
+    writer (Arrow, a file, a tokenizer) can, so one would fail the whole build far from its
+    record. Iterative, so depth is no problem.
+    """
+    try:  # fast path, in C: only a record that fails it is walked to name the field
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return
+    except (UnicodeEncodeError, RecursionError, TypeError, ValueError):
+        pass
+    stack = [(value, field)]
+    while stack:
+        item, here = stack.pop()
+        if isinstance(item, str):
+            _utf8(item, here)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str):
+                    _utf8(key, f"{here} (a key)" if here else "(a key)")
+                stack.append((sub, _child(here, key)))
+        elif isinstance(item, list):
+            stack.extend((sub, _child(here, i)) for i, sub in enumerate(item))
+
+
+def _utf8(text: str, field: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise EpisodeError(f"lone surrogate {ascii(bad)} at character {exc.start} is not valid Unicode text",
+                           field=field or None) from None
 
 
 def _required(obj: dict[str, Any], key: str, field: str) -> Any:
@@ -189,6 +172,15 @@ def serialize_output(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+def _output_text(value: Any, field: str) -> str:
+    try:
+        return serialize_output(value)
+    except RecursionError:
+        raise EpisodeError("nested too deeply to serialise", field=field) from None
+    except (TypeError, ValueError) as exc:  # Python objects given through the API, not JSON
+        raise EpisodeError(f"not JSON-serialisable ({exc})", field=field) from None
+
+
 def _arguments(value: Any, field: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -197,6 +189,9 @@ def _arguments(value: Any, field: str) -> dict[str, Any]:
             value = parse_json(value) if value.strip() else {}
         except ValueError as exc:
             raise EpisodeError(f"arguments string is not valid JSON ({exc})", field=field) from None
+        except RecursionError:
+            raise EpisodeError("arguments string is not valid JSON (nested too deeply)", field=field) from None
+        check_text(value, field)
     return _expect(value, dict, field, "an object of tool arguments")
 
 
@@ -273,6 +268,8 @@ class _Turn:
     arguments: dict[str, Any]
     output: str
     warnings: list[str]
+    error: bool = False  # the call failed (the output is the error text)
+    verify: bool = False  # the verifier step, not a scenario tool call
 
 
 def _openenv_turns(steps: Any) -> list[_Turn]:
@@ -287,11 +284,13 @@ def _openenv_turns(steps: Any) -> list[_Turn]:
         if not name:
             raise EpisodeError("expected a non-empty tool name", field=f"{here}.action.tool_name")
         args = _arguments(action.get("arguments"), f"{here}.action.arguments")
-        parts = [serialize_output(observation[k]) for k in ("tool_result", "error", "verify_result")
+        parts = [_output_text(observation[k], f"{here}.observation.{k}") for k in ("tool_result", "error", "verify_result")
                  if observation.get(k) is not None]
         if not parts:
             raise EpisodeError("expected one of tool_result, error, verify_result", field=f"{here}.observation")
-        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning")))
+        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning"),
+                           error=observation.get("error") is not None and observation.get("tool_result") is None,
+                           verify=name == "verify" and observation.get("verify_result") is not None))
     return turns
 
 
@@ -318,16 +317,19 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         name = entry.get("tool_name") or ("verify" if kind == "verify" else None)
         _expect(name, str, f"{here}.tool_name", "a string")
         args = _arguments(entry.get("arguments"), f"{here}.arguments")
+        failed = kind != "verify" and (
+            entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None))
         if kind == "verify":
-            value = entry.get("verify_result", entry.get("result"))
-        elif entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None):
-            value = entry.get("error")
+            key = "verify_result" if "verify_result" in entry else "result"
+        elif failed:
+            key = "error"
         else:
-            value = entry.get("result")
+            key = "result"
+        value = entry.get(key)
         if value is None:
-            field = "verify_result" if kind == "verify" else ("error" if entry.get("success") is False else "result")
-            raise EpisodeError("missing observation", field=f"{here}.{field}")
-        turns.append(_Turn(name, args, serialize_output(value), _warnings(entry.get("warning"), f"{here}.warning")))
+            raise EpisodeError("missing observation", field=f"{here}.{'verify_result' if kind == 'verify' else key}")
+        turns.append(_Turn(name, args, _output_text(value, f"{here}.{key}"),
+                           _warnings(entry.get("warning"), f"{here}.warning"), error=failed, verify=kind == "verify"))
     return turns, tools, reward
 
 
@@ -338,6 +340,8 @@ def awm_episode_to_trajectory(
     record: str | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> Trajectory:
     """Map one recorded AWM episode (either shape) onto a role-tagged :class:`Trajectory`.
 
@@ -347,22 +351,50 @@ def awm_episode_to_trajectory(
     ``Trajectory.warnings``, never into the tool message text. ``compact_tools`` drops the
     response documentation from tool descriptions (:func:`compact_tool_schema`). Raises
     :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
+
+    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.awm_agent`).
+    ``verify_turn`` (``env_output`` | ``omit``, default per format) keeps or drops the verifier
+    step (dropped: a recorded final answer ends the chat). A record with ``messages`` (a
+    conversation log) is read as recorded by :mod:`echo_trl.conversations`.
     """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+    if verify_turn not in (None, *VERIFY_TURNS):
+        raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
+    if compact_tools and format == "awm-agent":
+        raise ValueError("compact_tools applies to the chat-template format (awm-agent lists tools as the "
+                         "official agent does)")
+    from .conversations import conversation_to_trajectory, is_conversation
+
     try:
-        return _convert(episode, system_prompt, compact_tools)
+        check_text(episode)
+        if is_conversation(episode):
+            return conversation_to_trajectory(episode, source=source, record_id=record)
+        return _convert(episode, system_prompt, compact_tools, format, verify_turn or default_verify_turn(format))
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
+    except (RecursionError, OverflowError, TypeError, ValueError) as exc:
+        # A backstop: content the checks above did not foresee is still this record's error.
+        raise EpisodeError(f"cannot convert ({type(exc).__name__}: {exc})", source=source, record=record) from None
 
 
-def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False) -> Trajectory:
+def _final_answer(turns: list[_Turn], episode: dict[str, Any]) -> str | None:
+    """The agent's answer: given to the verifier (``final_answer``) or recorded beside the steps."""
+    answer = next((t.arguments["final_answer"] for t in turns
+                   if t.verify and isinstance(t.arguments.get("final_answer"), str)), episode.get("final_answer"))
+    return None if answer is None else _expect(answer, str, "final_answer", "a string")
+
+
+def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False,
+             format: str = "chat-template", verify_turn: str = "env_output") -> Trajectory:
     _expect(episode, dict, "", "an episode object")
     scenario = _expect(_required(episode, "scenario", ""), str, "scenario", "a string")
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
     if not task.strip():
         raise EpisodeError("expected a non-empty task", field="task")
-    task_idx = _expect(_required(episode, "task_idx", ""), int, "task_idx", "an integer")
+    task_idx = _int64(_required(episode, "task_idx", ""), "task_idx")
 
-    reward = None
+    reward, listed = None, None
     if "trajectory" in episode:
         turns, listed, reward = _session_turns(episode["trajectory"])
         tools = _tools(episode.get("tools") if episode.get("tools") is not None else listed, compact=compact_tools)
@@ -381,6 +413,18 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         if reward_type not in AWM_REWARDS:
             raise EpisodeError("missing (and no reward_type to derive it from)", field="reward")
         reward = AWM_REWARDS[reward_type]
+    final_answer = _final_answer(turns, episode)
+    logprobs = _behavior_logprobs(episode.get("behavior_logprobs"))
+    if format == "awm-agent":
+        steps = [awm_agent.RecordedStep(t.name, t.arguments, t.output, t.warnings, t.error, t.verify) for t in turns]
+        return awm_agent.to_awm_agent_trajectory(
+            task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
+            steps=steps, reward=reward, scenario=scenario, task_idx=task_idx, final_answer=final_answer,
+            verify_turn=verify_turn, behavior_logprobs=logprobs,
+            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT
+            else system_prompt and system_prompt.replace("{scenario}", scenario))
+    if verify_turn == "omit":
+        turns = [t for t in turns if not t.verify]
 
     prompt = []
     if system_prompt:
@@ -392,9 +436,12 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         warnings.append([])
         completion.append({"role": "tool", "name": turn.name, "content": turn.output})
         warnings.append(turn.warnings)
+    if verify_turn == "omit" and final_answer is not None:
+        completion.append({"role": "assistant", "content": final_answer})
+        warnings.append([])
     return Trajectory(
         prompt=prompt, completion=completion, tools=tools, warnings=warnings, reward=reward,
-        scenario=scenario, task_idx=task_idx, behavior_logprobs=_behavior_logprobs(episode.get("behavior_logprobs")),
+        scenario=scenario, task_idx=task_idx, behavior_logprobs=logprobs,
     )
 
 
@@ -405,25 +452,48 @@ def load_awm_episodes(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
     show_progress: bool | None = False,
+    check: Callable[[Trajectory], None] | None = None,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
 
     ``strict=True`` raises the first :class:`EpisodeError`; ``strict=False`` keeps every valid
     episode and returns the rejected records with their reasons (nothing valid is lost).
+    ``check`` runs on each converted trajectory inside its record's error handling (the dataset
+    builder passes its Arrow encoder), so an :class:`EpisodeError` it raises names this record.
+    Input that yields no episode at all is an error in both modes.
+    ``format`` and ``verify_turn``: see :func:`awm_episode_to_trajectory`.
     """
     from .progress import progress
 
+    inputs = list(inputs)
+    if system_prompt:
+        try:  # a setting, not a record: one error up front rather than every record failing
+            system_prompt.format(scenario="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise EchoTrlError(f"system prompt: {type(exc).__name__}: {exc} (the only placeholder is "
+                               "'{scenario}'; write a literal brace as '{{' or '}}')") from None
     trajectories, skipped = [], []
     for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
         try:
             if rec.error is not None:
                 raise rec.error
-            trajectories.append(awm_episode_to_trajectory(
+            trajectory = awm_episode_to_trajectory(
                 rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools))
+                compact_tools=compact_tools, format=format, verify_turn=verify_turn)
+            if check is not None:
+                check(trajectory)
+            trajectories.append(trajectory)
         except EpisodeError as exc:
+            exc = exc.at(source=rec.source, record=rec.record or None)
             if strict:
-                raise
+                raise exc from None
             skipped.append(SkippedRecord(rec.source, rec.record, str(exc),
                                          rec.data if rec.error is None else rec.raw))
+    if not trajectories:
+        where = ", ".join(map(str, inputs)) or "<no inputs>"
+        detail = f"all {len(skipped)} record(s) are invalid; first: {skipped[0].reason}" if skipped else \
+            "no episode records"
+        raise EpisodeError(f"no valid episodes ({detail})", source=where)
     return trajectories, skipped

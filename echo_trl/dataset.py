@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 from datasets import Features, List, Value
 
-from .awm import DEFAULT_SYSTEM_PROMPT, SkippedRecord, load_awm_episodes
-from .errors import DatasetSchemaError
+from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
+from .errors import DatasetSchemaError, EpisodeError
+from .outputs import atomic_output_dir
 from .roles import MESSAGE_ROLES, Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
@@ -37,6 +39,7 @@ FEATURES = Features({
     "scenario": Value("string"),
     "task_idx": Value("int64"),
     "behavior_logprobs": List(Value("float64")),
+    "format": Value("string"),
 })
 
 REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx")
@@ -46,7 +49,17 @@ REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "grou
 # Row <-> Trajectory
 
 
-def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
+def _json_text(value: Any, field: str) -> str:
+    """JSON text for an Arrow string column; a value json cannot write is the record's error."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)  # standard JSON any reader parses
+    except RecursionError:
+        raise EpisodeError("nested too deeply to store as JSON text", field=field) from None
+    except (TypeError, ValueError) as exc:
+        raise EpisodeError(f"cannot store as JSON text ({exc})", field=field) from None
+
+
+def _message_to_row(message: dict[str, Any], field: str = "message") -> dict[str, Any]:
     calls = message.get("tool_calls")
     return {
         "role": message["role"],
@@ -55,8 +68,9 @@ def _message_to_row(message: dict[str, Any]) -> dict[str, Any]:
         "tool_calls": None if not calls else [
             {"type": c.get("type", "function"),
              "function": {"name": c["function"]["name"],
-                          "arguments": json.dumps(c["function"].get("arguments") or {}, ensure_ascii=False)}}
-            for c in calls
+                          "arguments": _json_text(c["function"].get("arguments") or {},
+                                                  f"{field}.tool_calls[{j}].function.arguments")}}
+            for j, c in enumerate(calls)
         ],
     }
 
@@ -76,33 +90,51 @@ def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[s
     if message.get("tool_calls"):
         out["tool_calls"] = [
             {"type": c.get("type") or "function",
-             "function": {"name": c["function"]["name"], "arguments": _json_object(c["function"]["arguments"])}}
-            for c in message["tool_calls"]
+             "function": {"name": c["function"]["name"],
+                          "arguments": _json_object(c["function"]["arguments"],
+                                                    f"{field}.tool_calls[{j}].function.arguments")}}
+            for j, c in enumerate(message["tool_calls"])
         ]
     return out
 
 
-def _json_object(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else (value or {})
+def _json_object(value: Any, field: str = "value") -> Any:
+    if not isinstance(value, str):
+        return value or {}
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise DatasetSchemaError(f"{field}: expected JSON text ({reason})") from None
 
 
-def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
-    """One dataset row (plain Python values matching :data:`FEATURES`)."""
+def trajectory_to_row(trajectory: Trajectory, format: str = "chat-template") -> dict[str, Any]:
+    """One dataset row (plain Python values matching :data:`FEATURES`).
+
+    ``format`` names the conversation format the messages are in (``chat-template`` or
+    ``awm-agent``, see :data:`echo_trl.awm.FORMATS`), so that later steps know how it was built.
+    """
     return {
-        "prompt": [_message_to_row(m) for m in trajectory.prompt],
-        "completion": [_message_to_row(m) for m in trajectory.completion],
-        "tools": [json.dumps(t, ensure_ascii=False) for t in trajectory.tools],
+        "prompt": [_message_to_row(m, f"prompt[{i}]") for i, m in enumerate(trajectory.prompt)],
+        "completion": [_message_to_row(m, f"completion[{i}]") for i, m in enumerate(trajectory.completion)],
+        "tools": [_json_text(t, f"tools[{i}]") for i, t in enumerate(trajectory.tools)],
         "warnings": [list(w) for w in trajectory.warnings],
         "reward": float(trajectory.reward),
         "group_id": trajectory.group_id,
         "scenario": trajectory.scenario,
         "task_idx": int(trajectory.task_idx),
         "behavior_logprobs": trajectory.behavior_logprobs,
+        "format": format,
     }
 
 
 def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
-    """Inverse of :func:`trajectory_to_row`: messages ready for ``apply_chat_template``."""
+    """Inverse of :func:`trajectory_to_row`: messages ready for ``apply_chat_template``.
+
+    An ``awm-agent`` row renders without tool schemas (``tools`` empty), as the official agent
+    asks its model: the system prompt itself describes ``list_tools`` and ``call_tool``; the
+    row's ``tools`` column keeps their schemas for code that needs them (e.g. an environment).
+    """
     missing = [c for c in ("prompt", "completion") if c not in row]
     if missing:
         raise DatasetSchemaError(f"row is missing column(s) {', '.join(missing)}")
@@ -110,7 +142,8 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     return Trajectory(
         prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
-        tools=[_json_object(t) for t in row.get("tools") or []],
+        tools=[] if row.get("format") == "awm-agent" else [_json_object(t, f"tools[{i}]")
+                                                         for i, t in enumerate(row.get("tools") or [])],
         warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
         reward=float(row.get("reward") or 0.0),
         scenario=row.get("scenario") or "",
@@ -120,11 +153,48 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
-def trajectories_to_dataset(trajectories: Iterable[Trajectory]) -> datasets.Dataset:
-    """A dataset with the explicit ECHO schema (never inferred, so every build has one schema)."""
-    rows = [trajectory_to_row(t) for t in trajectories]
-    columns = {name: [r[name] for r in rows] for name in FEATURES}
-    return datasets.Dataset.from_dict(columns, features=FEATURES)
+ARROW_SCHEMA = FEATURES.arrow_schema
+
+
+def encode_row(trajectory: Trajectory, format: str = "chat-template") -> pa.RecordBatch:
+    """One trajectory as a one-row Arrow batch of :data:`FEATURES`.
+
+    Encoded one record at a time so a value Arrow cannot store (a lone surrogate, an integer
+    beyond int64) is an :class:`EpisodeError` naming its column, and a lenient build skips
+    that record instead of failing on the whole input.
+    """
+    row = trajectory_to_row(trajectory, format)
+    try:
+        return pa.RecordBatch.from_pylist([row], schema=ARROW_SCHEMA)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as whole:
+        failure, field = whole, None
+        for name in FEATURES:  # name the column (the one-row batch does not say)
+            try:
+                pa.array([row[name]], type=ARROW_SCHEMA.field(name).type)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+                failure, field = exc, name
+                break
+        raise EpisodeError(f"cannot be stored in the dataset ({type(failure).__name__}: {failure})",
+                           field=field) from None
+
+
+def _dataset_from_batches(batches: list[pa.RecordBatch]) -> datasets.Dataset:
+    table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks()
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=FEATURES))
+
+
+def trajectories_to_dataset(trajectories: Iterable[Trajectory], format: str = "chat-template") -> datasets.Dataset:
+    """A dataset with the explicit ECHO schema (never inferred, so every build has one schema).
+
+    Raises :class:`EpisodeError` naming the row (``row N``) and column a value cannot be stored in.
+    """
+    batches = []
+    for i, trajectory in enumerate(trajectories):
+        try:
+            batches.append(encode_row(trajectory, format))
+        except EpisodeError as exc:
+            raise exc.at(source="trajectories", record=f"row {i}") from None
+    return _dataset_from_batches(batches)
 
 
 def build_awm_dataset(
@@ -135,6 +205,8 @@ def build_awm_dataset(
     skipped: list[SkippedRecord] | None = None,
     show_progress: bool | None = None,
     compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
 ) -> datasets.Dataset:
     """Build the trajectory dataset from AWM episode files and directories.
 
@@ -142,12 +214,23 @@ def build_awm_dataset(
     ``strict=False`` invalid records are appended to ``skipped`` (when given) instead of raising,
     and every valid record is kept. ``compact_tools`` drops the response documentation
     fastapi-mcp appends to tool descriptions (much shorter prompts; see ``compact_tool_schema``).
+
+    ``format``: ``chat-template`` (tool calls and schemas for the model's chat template) or
+    ``awm-agent`` (the official AWM agent's conversation: its system prompt, ``list_tools`` /
+    ``call_tool``; see ``docs/datasets.md``); recorded in the ``format`` column.
+    ``verify_turn``: ``env_output`` or ``omit`` the verifier step (default: ``env_output`` for
+    chat-template, ``omit`` for awm-agent). Conversation logs (``messages`` + ``reward``) are
+    taken as recorded in either format.
     """
-    trajectories, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt,
-                                               compact_tools=compact_tools, show_progress=show_progress)
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
+    batches: list[pa.RecordBatch] = []  # encoded inside each record's error handling (see encode_row)
+    _, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt, compact_tools=compact_tools,
+                                    show_progress=show_progress, format=format, verify_turn=verify_turn,
+                                    check=lambda t: batches.append(encode_row(t, format)))
     if skipped is not None:
         skipped.extend(rejected)
-    return trajectories_to_dataset(trajectories)
+    return _dataset_from_batches(batches)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +246,8 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
             f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`.")
     if "behavior_logprobs" not in ds.column_names:
         ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])
+    if "format" not in ds.column_names:  # built before formats existed: chat-template
+        ds = ds.add_column("format", ["chat-template"] * len(ds), feature=FEATURES["format"])
     extra = [c for c in ds.column_names if c not in FEATURES]
     if ds.features != FEATURES:
         wanted = Features({**{k: v for k, v in ds.features.items() if k in extra}, **FEATURES})
@@ -234,6 +319,7 @@ def dataset_card(ds: datasets.Dataset, *, title: str = "ECHO trajectories from A
         c[f"group:{group}"] = 1
         c["reward_sum"] += reward
     roles = role_counts(ds)
+    formats = ", ".join(f"`{f}`" for f in sorted(set(ds["format"] if "format" in ds.column_names else [])))
     scen_rows = "\n".join(
         f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
         for s, c in sorted(by_scenario.items()))
@@ -255,6 +341,7 @@ Agent trajectories for [echo_trl](https://github.com/) (ECHO: GRPO on the agent'
 plus lambda * cross-entropy on the environment's observation tokens), in TRL's conversational
 prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episodes,
 {len(by_scenario)} scenarios{f", {skipped} invalid records skipped (see skipped.jsonl)" if skipped else ""}.
+Conversation format: {formats or "`chat-template`"} (see the `format` column).
 
 ## Schema
 
@@ -268,6 +355,7 @@ prompt-completion format. Built with `echo-trl build-dataset`: {len(ds)} episode
 | `group_id` | string | `scenario/task_idx`: trajectories of the same task share it (GRPO groups) |
 | `scenario`, `task_idx` | string, int | AWM provenance |
 | `behavior_logprobs` | list of floats or null | per action token, when recorded at rollout time |
+| `format` | string | conversation format: `chat-template` or `awm-agent` (the official AWM agent's) |
 
 A tool call's `arguments` is stored as JSON text (Arrow needs one type per column).
 
@@ -303,20 +391,28 @@ UNC-Chapel Hill, CC-BY-4.0, arXiv 2602.10090) where the scenarios come from ther
 """
 
 
+#: A file every ``save_to_disk`` directory has: what makes an existing ``--output`` replaceable.
+DATASET_MARKER = "dataset_info.json"
+
+
 def save_dataset(ds: datasets.Dataset, output_dir: str | Path, *, skipped: list[SkippedRecord] = (),
                  push_to_hub: str | None = None, private: bool | None = None) -> Path:
-    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push."""
+    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push.
+
+    Atomic: everything is written into a temporary sibling directory that then replaces
+    ``output_dir`` in one rename, under a lock (:mod:`echo_trl.outputs`), so a killed or failed save
+    leaves the previous dataset intact and a concurrent writer is refused. An existing
+    ``output_dir`` must be empty or a previous dataset.
+    """
     out = Path(output_dir)
-    ds.save_to_disk(str(out))
-    card = dataset_card(ds, skipped=len(skipped))
-    (out / "README.md").write_text(card, encoding="utf-8")
-    report = out / "skipped.jsonl"
-    if skipped:
-        with report.open("w", encoding="utf-8") as fh:
-            for s in skipped:
-                fh.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
-    elif report.exists():
-        report.unlink()
+    with atomic_output_dir(out, replace_if=DATASET_MARKER) as tmp:
+        ds.save_to_disk(str(tmp))
+        card = dataset_card(ds, skipped=len(skipped))
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+        if skipped:
+            with (tmp / "skipped.jsonl").open("w", encoding="utf-8") as fh:
+                for s in skipped:
+                    fh.write(s.to_jsonl() + "\n")
     if push_to_hub:
         from huggingface_hub import DatasetCard
 

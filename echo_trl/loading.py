@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 
-from .awm import EPISODE_SUFFIXES
+from .awm import is_episode_file
 from .dataset import build_awm_dataset, load_echo_dataset
 from .errors import EchoTrlError
 
@@ -28,9 +28,9 @@ def is_episode_input(path: str | Path) -> bool:
     """Raw episode files (or a directory of them) rather than a saved dataset."""
     p = Path(path)
     if p.is_file():
-        return p.suffix in EPISODE_SUFFIXES
+        return is_episode_file(p)
     return p.is_dir() and not (p / "dataset_info.json").exists() and not (p / "dataset_dict.json").exists() \
-        and any(f.suffix in EPISODE_SUFFIXES for f in p.rglob("*"))
+        and any(is_episode_file(f) for f in p.rglob("*"))
 
 
 def load_trajectories(name_or_path: str, split: str = "train") -> datasets.Dataset:

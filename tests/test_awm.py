@@ -227,3 +227,35 @@ def test_compact_tools_drop_only_the_response_documentation():
     assert full[0]["function"]["description"] == described["description"]
     assert compact[0]["function"]["description"] == "Get a book\n\nBy id."
     assert compact[0]["function"]["parameters"] == described["inputSchema"] and compact[1] == full[1]
+
+
+@pytest.mark.parametrize("prompt", ["Use {tools}.", "A lone { brace", "{0}"])
+def test_a_system_prompt_that_cannot_be_filled_is_one_error_up_front(prompt, tmp_path):
+    from echo_trl.errors import EchoTrlError
+
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(openenv_episode()))
+    with pytest.raises(EchoTrlError, match=r"^system prompt: .*the only placeholder is '\{scenario\}'"):
+        load_awm_episodes([path], strict=False, system_prompt=prompt)
+    (t,), _ = load_awm_episodes([path], system_prompt="In {scenario}: literal {{braces}}.")
+    assert t.prompt[0]["content"] == "In shop_1: literal {braces}."
+
+
+def test_final_answer_and_failed_calls_reach_the_awm_agent_format():
+    ep = session_episode()
+    ep["final_answer"] = "Item 7 is a notebook."
+    t = awm_episode_to_trajectory(ep, format="awm-agent")
+    replies = [m["content"] for m in t.completion if m["role"] == "tool"]
+    assert replies[1:] == ['{\n  "id": 7,\n  "title": "Notebook"\n}', "Error: 404 not found"]
+    assert t.completion[-1] == {"role": "assistant", "content": "Item 7 is a notebook."}
+    ep["final_answer"] = 42
+    with pytest.raises(EpisodeError, match=r"^x.json: final_answer: expected a string, got an integer"):
+        awm_episode_to_trajectory(ep, format="awm-agent", source="x.json")
+
+
+def test_real_captured_episode_lists_tool_names_only(captured_episode):
+    # e_commerce_33's capture kept tool names only: the official listing cannot be rebuilt from them.
+    with pytest.raises(EpisodeError, match=r"e_commerce_33_task0_captured.json: tools\[0\]: a tool name only"):
+        load_awm_episodes([captured_episode], format="awm-agent")
+    (t,), _ = load_awm_episodes([captured_episode], verify_turn="omit")
+    assert all(c["function"]["name"] != "verify" for m in t.completion for c in m.get("tool_calls", []))

@@ -6,14 +6,17 @@ import json
 import subprocess
 import sys
 
+import pytest
+from conftest import AWM1K_SAMPLES, require_shared
 from test_awm import openenv_episode
+from test_outputs import unprivileged
 
 from echo_trl.cli import COMMANDS, main
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "echo_trl.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"})
+def run_cli(*args, cwd=None, prefix=()):
+    return subprocess.run([*prefix, sys.executable, "-m", "echo_trl.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"})
 
 
 def test_help_lists_every_command(capsys):
@@ -52,3 +55,101 @@ def test_missing_tokenizer_is_a_clean_error(tmp_path):
     eps.write_text(json.dumps(openenv_episode()))
     r = run_cli("stats", eps, "--tokenizer", tmp_path / "nope")
     assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
+
+
+def _capture_args(tmp_path, output):
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"task_idx": 0, "calls": []}) + "\n")
+    return ["capture", "--data", str(require_shared(AWM1K_SAMPLES)), "--scenario", "content_platform_1",
+            "--policy", f"replay:{replay}", "--output", str(output)]
+
+
+def test_unusable_output_is_one_line_exit_2_for_build_and_capture(tmp_path, capsys):
+    eps = tmp_path / "e.json"
+    eps.write_text(json.dumps(openenv_episode()))
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for output, message in [(afile, f"--output {afile}: is a file, not a directory"),
+                            (afile / "ds", f"--output {afile / 'ds'}: is under {afile}, which is not a directory")]:
+        for args in (["build-dataset", str(eps), "--output", str(output)], _capture_args(tmp_path, output)):
+            assert main(args) == 2
+            err = capsys.readouterr().err
+            assert err == f"echo-trl {args[0]}: error: {message}\n"
+    assert afile.read_text() == "keep"
+
+
+def test_read_only_output_is_one_line_exit_2_for_build_and_capture(tmp_path):
+    prefix = unprivileged()
+    eps = tmp_path / "e.json"
+    eps.write_text(json.dumps(openenv_episode()))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        build = run_cli("build-dataset", eps, "--output", ro / "ds", prefix=prefix)
+        capture = run_cli(*_capture_args(tmp_path, ro / "cap"), prefix=prefix)
+    finally:
+        ro.chmod(0o755)
+    assert (build.returncode, build.stderr) == (2, f"echo-trl build-dataset: error: --output {ro / 'ds'}: "
+                                                   f"cannot write in {ro} (Permission denied)\n")
+    assert (capture.returncode, capture.stderr) == (2, f"echo-trl capture: error: --output {ro / 'cap'}: "
+                                                       "cannot create it (Permission denied)\n")
+    assert list(ro.iterdir()) == []
+
+
+def test_inputs_lost_silently_before_are_named(tmp_path):
+    prefix = unprivileged()
+    root = tmp_path / "eps"
+    (root / "locked").mkdir(parents=True)
+    (root / "UPPER.JSON").write_text(json.dumps(openenv_episode(task_idx=4)))
+    (root / "locked" / "hidden.json").write_text(json.dumps(openenv_episode(task_idx=5)))
+    (root / "locked").chmod(0)
+    try:
+        strict = run_cli("build-dataset", root, "--output", tmp_path / "ds", prefix=prefix)
+        lenient = run_cli("build-dataset", root, "--output", tmp_path / "ds", "--skip-invalid", prefix=prefix)
+    finally:
+        (root / "locked").chmod(0o755)
+    assert strict.returncode == 2 and strict.stderr == (
+        f"echo-trl build-dataset: error: {root / 'locked'}: cannot read directory: Permission denied\n")
+    assert lenient.returncode == 0 and "built 1 episodes" in lenient.stdout
+    assert f"{root / 'locked'}: cannot read directory: Permission denied" in lenient.stderr
+    (tmp_path / "empty").mkdir()
+    empty = run_cli("build-dataset", tmp_path / "empty", "--output", tmp_path / "ds2", "--skip-invalid")
+    assert empty.returncode == 2 and "Traceback" not in empty.stderr and len(empty.stderr.splitlines()) == 1
+    assert "no episode files (.json, .jsonl) in this directory" in empty.stderr
+    assert not (tmp_path / "ds2").exists()
+
+
+def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
+    from pathlib import Path
+
+    from echo_trl.dataset import load_echo_dataset
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    episodes = Path(__file__).resolve().parents[1] / "data" / "episodes" / "library_1_task0.jsonl"
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent"), "--format", "awm-agent"]) == 0
+    assert "format awm-agent" in capsys.readouterr().out
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent_v"), "--format", "awm-agent",
+                 "--verify-turn", "env_output"]) == 0
+    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "plain")]) == 0
+    agent, agent_v, plain = (load_echo_dataset(tmp_path / n) for n in ("agent", "agent_v", "plain"))
+    assert set(agent["format"]) == {"awm-agent"} and set(plain["format"]) == {"chat-template"}
+    verified = [any(s["action"]["tool_name"] == "verify" for s in json.loads(line)["steps"])
+                for line in episodes.read_text().splitlines()]
+    assert 0 < sum(verified) < len(verified)  # the file has both kinds
+    assert [len(r["completion"]) + v for r, v in zip(agent, verified, strict=True)] == [
+        len(r["completion"]) for r in agent_v]
+    assert [r["completion"][-1]["name"] == "verify" for r in agent_v] == verified
+
+    build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    capsys.readouterr()
+    assert main(["stats", str(tmp_path / "agent"), "--tokenizer", str(tmp_path / "tok"), "--show", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert "Available MCP Tools (21 tools):" in shown and "mcp_tool_" in shown
+
+    bad = run_cli("build-dataset", episodes, "--output", tmp_path / "x", "--format", "openai")
+    assert bad.returncode == 2 and "invalid choice: 'openai'" in bad.stderr
+    with pytest.raises(SystemExit) as exit_:
+        main(["build-dataset", str(episodes), "-o", str(tmp_path / "y"), "--format", "awm-agent", "--compact-tools"])
+    assert exit_.value.code == 2 and "--compact-tools applies to --format chat-template" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import datasets
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from test_awm import openenv_episode, session_episode
 
 from echo_trl.awm import awm_episode_to_trajectory
@@ -103,3 +107,188 @@ def test_schema_validation_names_columns():
         validate_dataset(bad)
     no_logprobs = ds.remove_columns(["behavior_logprobs"])
     assert validate_dataset(no_logprobs).features == FEATURES
+
+
+# --------------------------------------------------------------------------------------------
+# Poison records (issue 13): each between two valid ones, through the Arrow encoding and the save
+
+
+def _dumped(mutate=None, text=None):
+    """A JSONL line: ``openenv_episode`` changed by ``mutate``, then ``text`` (old, new) replaced."""
+    ep = openenv_episode(task_idx=2)
+    if mutate:
+        mutate(ep)
+    line = json.dumps(ep)  # ensure_ascii: a lone surrogate is written as the escape \ud800
+    return line.replace(*text) if text else line
+
+
+def _set_args(ep, value):
+    ep["steps"][0]["action"]["arguments"] = value
+
+
+POISON = {
+    "lone surrogate in the task": (_dumped(lambda e: e.update(task="\ud800")), "task: lone surrogate '\\ud800'"),
+    "lone surrogate in the scenario": (_dumped(lambda e: e.update(scenario="s\udbff")), "scenario: lone surrogate"),
+    "lone surrogate in a tool name": (_dumped(lambda e: e["steps"][0]["action"].update(tool_name="\udc00")),
+                                      "steps[0].action.tool_name: lone surrogate"),
+    "lone surrogate in an argument key": (_dumped(lambda e: _set_args(e, {"\ud800": 1})),
+                                          "steps[0].action.arguments (a key): lone surrogate"),
+    "lone surrogate in a JSON-string argument": (_dumped(lambda e: _set_args(e, '{"q": ["\\ud800"]}')),
+                                                 "steps[0].action.arguments.q[0]: lone surrogate"),
+    "lone surrogate in a tool output": (_dumped(lambda e: e["steps"][1]["observation"].update(error="\udfff")),
+                                        "steps[1].observation.error: lone surrogate"),
+    "lone surrogate in a tool schema": (_dumped(lambda e: e.update(tools=[{"name": "f", "description": "\ud800"}])),
+                                        "tools[0].description: lone surrogate"),
+    "lone surrogate in a warning": (_dumped(lambda e: e["steps"][0]["observation"].update(warning="\ud800")),
+                                    "steps[0].observation.warning: lone surrogate"),
+    "JSON-string argument nested 5,000 deep": (
+        _dumped(lambda e: _set_args(e, '{"a": ' + "[" * 5000 + "]" * 5000 + "}")),
+        "steps[0].action.arguments: arguments string is not valid JSON (nested too deeply)"),
+    "tool output nested 5,000 deep": (_dumped(text=('"422: id must be an integer"', "[" * 5000 + "]" * 5000)),
+                                      "invalid JSON"),
+    "reward 1 followed by 400 zeros": (_dumped(text=('"reward": 0.0', '"reward": 1' + "0" * 400)),
+                                       "reward: number out of range"),
+    "reward 1e400": (_dumped(text=('"reward": 0.0', '"reward": 1e400')), "invalid JSON: number 1e400 is out of range"),
+    "task_idx 1e23": (_dumped(text=('"task_idx": 2', '"task_idx": 1e23')), "task_idx: expected an integer, got a number"),
+    "task_idx 10**23": (_dumped(lambda e: e.update(task_idx=10**23)), "task_idx: integer out of range"),
+    "task_idx of 5,000 digits": (_dumped(text=('"task_idx": 2', '"task_idx": ' + "7" * 5000)), "invalid JSON"),
+    "behavior_logprobs with a huge integer": (_dumped(lambda e: e.update(behavior_logprobs=[10**400])),
+                                              "behavior_logprobs[0]: number out of range"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POISON))
+def test_poison_record_between_two_valid_ones(name, tmp_path):
+    line, message = POISON[name]
+    path = tmp_path / "eps.jsonl"
+    path.write_text("\n".join([json.dumps(openenv_episode(task_idx=1)), line,
+                               json.dumps(openenv_episode(task_idx=3))]) + "\n")
+    with pytest.raises(EpisodeError) as err:
+        build_awm_dataset([path])
+    assert str(err.value).startswith(f"{path}:2: {message}") and "\n" not in str(err.value), str(err.value)[:300]
+    skipped = []
+    ds = build_awm_dataset([path], strict=False, skipped=skipped)
+    assert ds["task_idx"] == [1, 3] and [s.record for s in skipped] == ["2"]
+    out = save_dataset(ds, tmp_path / "ds", skipped=skipped)
+    (report,) = [json.loads(x) for x in (out / "skipped.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert report["record"] == "2" and report["reason"] == str(err.value)
+    assert load_echo_dataset(out)["task_idx"] == [1, 3]
+
+
+def test_a_value_arrow_cannot_store_is_named_by_row_and_column():
+    from dataclasses import replace
+
+    good = awm_episode_to_trajectory(openenv_episode())
+    with pytest.raises(EpisodeError, match=r"^trajectories:row 1: scenario: cannot be stored in the dataset "
+                                           r"\(UnicodeEncodeError"):
+        trajectories_to_dataset([good, replace(good, scenario="\ud800")])
+    with pytest.raises(EpisodeError, match=r"^trajectories:row 0: task_idx: cannot be stored"):
+        trajectories_to_dataset([replace(good, task_idx=2**63)])
+    nan_args = awm_episode_to_trajectory(openenv_episode())
+    nan_args.completion[0]["tool_calls"][0]["function"]["arguments"] = {"x": float("nan")}
+    with pytest.raises(EpisodeError, match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+                                           r"cannot store as JSON text"):
+        trajectories_to_dataset([nan_args])  # stored argument text is standard JSON, never NaN
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    good.completion[0]["tool_calls"][0]["function"]["arguments"] = {"a": deep}
+    with pytest.raises(EpisodeError, match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+                                           r"nested too deeply"):
+        trajectories_to_dataset([good])
+
+
+def test_argument_text_that_is_not_json_is_a_schema_error():
+    row = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode())])[0]
+    row["completion"][0]["tool_calls"][0]["function"]["arguments"] = "{not json"
+    with pytest.raises(DatasetSchemaError, match=r"completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+                                                 r"expected JSON text"):
+        row_to_trajectory(row)
+    row["completion"][0]["tool_calls"][0]["function"]["arguments"] = "[" * 100_000
+    with pytest.raises(DatasetSchemaError, match="nested too deeply"):
+        row_to_trajectory(row)
+
+
+POISON_PATHS = [("task",), ("scenario",), ("task_idx",), ("reward",), ("tools",), ("tools", 0),
+                ("steps", 0, "action", "tool_name"), ("steps", 0, "action", "arguments"),
+                ("steps", 0, "action", "arguments", "q"), ("steps", 1, "observation", "error"),
+                ("steps", 0, "observation", "warning"), ("behavior_logprobs",), ("steps", 2)]
+_TEXT = st.text(st.sampled_from(["a", "é", "\x00", "\ud800", "\udfff", "\U0001f642", '"', "\\", "{"]), max_size=8)
+_FRAGMENT = st.one_of(  # JSON text of the poison value
+    st.builds(json.dumps, st.one_of(st.none(), st.booleans(), _TEXT, st.floats(allow_nan=False),
+                                    st.integers(), st.sampled_from([2**63, -(2**63) - 1, 10**23, 10**400]),
+                                    st.lists(_TEXT, max_size=3), st.dictionaries(_TEXT, _TEXT, max_size=3))),
+    st.sampled_from(["1e400", "-1e400", "1e23", "9" * 5000, "NaN", "Infinity"]),
+    st.integers(1, 6000).map(lambda d: "[" * d + "]" * d),
+)
+_POISON = st.one_of(_FRAGMENT, _FRAGMENT.map(lambda f: json.dumps('{"q": ' + f + "}")))  # also as a JSON string
+
+
+@settings(max_examples=60, deadline=None)
+@given(path=st.sampled_from(POISON_PATHS), fragment=_POISON)
+def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
+    ep = openenv_episode(task_idx=2, behavior_logprobs=[-0.5], tools=["search", "add_to_cart"])
+    target = ep
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = "@@POISON@@"
+    poisoned = json.dumps(ep).replace('"@@POISON@@"', fragment)
+    with tempfile.TemporaryDirectory() as tmp:
+        eps = Path(tmp) / "eps.jsonl"
+        eps.write_text("\n".join([json.dumps(openenv_episode(task_idx=1)), poisoned,
+                                  json.dumps(openenv_episode(task_idx=3))]) + "\n")
+        skipped = []
+        ds = build_awm_dataset([eps], strict=False, skipped=skipped)  # never raises
+        assert ds["task_idx"] in ([1, 3], [1, 2, 3])
+        assert len(ds) + len(skipped) == 3
+        event("poison skipped" if skipped else "poison kept (a valid value there)")
+        assert all(s.record == "2" and s.reason.startswith(f"{eps}:2: ") and "\n" not in s.reason for s in skipped)
+        try:
+            strict = build_awm_dataset([eps])
+            assert strict.to_list() == ds.to_list()
+        except EpisodeError as exc:
+            assert skipped and str(exc) == skipped[0].reason
+        out = save_dataset(ds, Path(tmp) / "ds", skipped=skipped)
+        lines = (out / "skipped.jsonl").read_text(encoding="utf-8").splitlines() if skipped else []
+        assert [json.loads(x)["record"] for x in lines] == ["2"] * len(skipped)
+        assert load_echo_dataset(out).to_list() == ds.to_list()
+
+
+def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
+    from echo_trl.awm_agent import SYSTEM_PROMPT
+
+    (episode_dir / "a.json").write_text(json.dumps(openenv_episode(tools=[
+        {"name": "search", "description": "Search.", "inputSchema": {}},
+        {"name": "add_to_cart", "description": "Add.", "inputSchema": {}}])))
+    (episode_dir / "c.jsonl").unlink()
+    plain = build_awm_dataset([episode_dir])
+    agent = build_awm_dataset([episode_dir], format="awm-agent")
+    assert plain["format"] == ["chat-template"] * 2 and agent["format"] == ["awm-agent"] * 2
+    assert agent.features == FEATURES
+    assert [r["prompt"][0]["content"] for r in agent] == [SYSTEM_PROMPT] * 2
+    names = [[c["function"]["name"] for m in r["completion"] for c in m["tool_calls"] or []] for r in agent]
+    assert names == [["list_tools", "call_tool", "call_tool"], ["list_tools", "call_tool", "call_tool"]]
+    with_verifier = build_awm_dataset([episode_dir], format="awm-agent", verify_turn="env_output")
+    assert [len(r["completion"]) for r in with_verifier] == [len(r["completion"]) + 1 for r in agent]
+    save_dataset(agent, tmp_path / "ds")
+    assert load_echo_dataset(tmp_path / "ds")["format"] == ["awm-agent"] * 2
+    assert "Conversation format: `awm-agent`" in (tmp_path / "ds" / "README.md").read_text()
+    with pytest.raises(ValueError, match="unknown format 'chat'"):
+        build_awm_dataset([episode_dir], format="chat")
+
+
+def test_datasets_built_before_formats_load_as_chat_template(episode_dir):
+    old = build_awm_dataset([episode_dir]).remove_columns("format")
+    assert validate_dataset(old)["format"] == ["chat-template"] * 4
+
+
+def test_verify_turn_omit_in_chat_template_keeps_the_final_answer():
+    ep = openenv_episode()
+    ep["steps"][-1]["action"]["arguments"]["final_answer"] = "Added."
+    kept = awm_episode_to_trajectory(ep)
+    omitted = awm_episode_to_trajectory(ep, verify_turn="omit")
+    assert kept.completion[-2]["tool_calls"][0]["function"]["name"] == "verify"
+    assert omitted.completion[:-1] == kept.completion[:-2]
+    assert omitted.completion[-1] == {"role": "assistant", "content": "Added."}
+    with pytest.raises(ValueError, match="unknown verify_turn"):
+        awm_episode_to_trajectory(ep, verify_turn="hide")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from ..errors import EchoTrlError
+from ..outputs import check_output_dir
 from ..progress import progress
 
 REPLAY_HELP = """\
@@ -97,8 +98,7 @@ def main(argv: list[str]) -> int:
         tasks = args.task_idx or list(range(len(scenario.tasks)))
     for k in tasks:
         scenario.task(k)  # range check with a clear error before anything starts
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(Path(args.output))
 
     t0 = time.perf_counter()
     counts: dict[str, int] = {}
@@ -159,8 +159,7 @@ def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
         tasks = args.task_idx
     if not tasks:
         raise EchoTrlError("--openenv needs --task-idx (or a replay file with scripts for the scenario)")
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(Path(args.output))
     jobs = [(k, i) for k in tasks for i in range(args.episodes)]
     t0 = time.perf_counter()
     for k, i in progress(jobs, desc=f"capture {args.scenario} (OpenEnv)", unit="episode", total=len(jobs)):

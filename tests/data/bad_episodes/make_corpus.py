@@ -92,6 +92,32 @@ CASES: dict[str, tuple[str | bytes, str]] = {
     "session_missing_result.json": (mutate(lambda e: e["trajectory"][0].pop("result"), SESSION),
                                     "trajectory[0].result: missing observation"),
     "deeply_nested.json": ("[" * 100_000 + "]" * 100_000, "invalid JSON"),
+    # Content Python reads but no UTF-8 writer or int64/float64 column can hold (issue 13):
+    "lone_surrogate_task.json": (mutate(lambda e: e.update(task="\ud800 Add a notebook")),
+                                 r"task: lone surrogate '\ud800' at character 0 is not valid Unicode text"),
+    "lone_surrogate_argument_key.json": (mutate(lambda e: e["steps"][0]["action"].update(arguments={"\udfff": 1})),
+                                         "steps[0].action.arguments (a key): lone surrogate"),
+    "lone_surrogate_tool_output.json": (mutate(lambda e: e["steps"][0]["observation"].update(tool_result="ok \udc80")),
+                                        r"steps[0].observation.tool_result: lone surrogate '\udc80' at character 3"),
+    "lone_surrogate_in_argument_string.json": (
+        mutate(lambda e: e["steps"][0]["action"].update(arguments='{"q": "\\ud800"}')),
+        "steps[0].action.arguments.q: lone surrogate"),
+    "arguments_string_nested_5000.json": (
+        mutate(lambda e: e["steps"][0]["action"].update(arguments='{"a": ' + "[" * 5000 + "]" * 5000 + "}")),
+        "steps[0].action.arguments: arguments string is not valid JSON (nested too deeply)"),
+    "reward_400_zeros.json": (mutate(lambda e: e.update(reward=10**400)), "reward: number out of range (an integer too large for a float)"),
+    "reward_float_overflow.json": (mutate(lambda e: e.update(reward=0.0)).replace('"reward": 0.0', '"reward": 1e400'),
+                                   "invalid JSON: number 1e400 is out of range"),
+    "task_idx_1e23.json": (mutate(lambda e: e.update(task_idx=0)).replace('"task_idx": 0', '"task_idx": 1e23'),
+                           "task_idx: expected an integer, got a number"),
+    "task_idx_beyond_int64.json": (mutate(lambda e: e.update(task_idx=10**23)),
+                                   "task_idx: integer out of range (the dataset stores a 64-bit integer)"),
+    "integer_5000_digits.json": (mutate(lambda e: e.update(task_idx=0)).replace('"task_idx": 0', '"task_idx": ' + "9" * 5000),
+                                 "invalid JSON: Exceeds the limit"),
+    "behavior_logprobs_huge_integer.json": (mutate(lambda e: e.update(behavior_logprobs=[-(10**400)])),
+                                            "behavior_logprobs[0]: number out of range (an integer too large for a float)"),
+    "session_reward_huge_integer.json": (mutate(lambda e: e["trajectory"][0].update(reward=10**400), SESSION),
+                                         "trajectory[0].reward: number out of range (an integer too large for a float)"),
 }
 
 

@@ -1,0 +1,182 @@
+"""Output directories: checked before the work starts, replaced atomically, one writer at a time.
+
+Why: a build killed half-way (``kill -9``, Ctrl-C, a full disk) must leave the previous output
+exactly as it was, two builds into one directory must not interleave or silently overwrite
+each other, and an output path that cannot work (a file, read-only, under a file) must be a
+one-line error before minutes of work, not a traceback after them.
+
+How: the new output is written into a temporary sibling directory (same filesystem), then
+swapped in with one ``renameat2(RENAME_EXCHANGE)`` (Linux; elsewhere two renames, and a run
+finding only the parked old copy restores it). Writers hold ``fcntl.flock`` on a sibling
+``.NAME.lock`` file. Guarantees cover process crashes, not power loss (nothing is fsynced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import EchoTrlError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; writes stay atomic, concurrent writers are not detected
+    fcntl = None
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _nearest_existing(path: Path) -> Path:
+    here = path
+    while not os.path.lexists(here) and here != here.parent:
+        here = here.parent
+    return here
+
+
+def _probe_writable(directory: Path, shown: Path, flag: str) -> None:
+    """Create and remove a file: the only check that is right for read-only mounts, ACLs and root."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".echo-trl-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise EchoTrlError(f"{flag} {shown}: cannot write in {directory} ({exc.strerror or exc})") from None
+
+
+def check_output_dir(path: str | Path, *, replace_if: str | None = None, flag: str = "--output") -> Path:
+    """Check (and for writing into, create) an output directory; a one-line error if it cannot work.
+
+    ``replace_if=None``: files are written into the directory (``capture`` appends), so it is
+    created and must be writable. ``replace_if=MARKER``: the directory is replaced as a whole
+    (:func:`atomic_output_dir`), so its parent must be writable, and an existing directory must be
+    writable too (read-only means "keep this") and be empty or hold ``MARKER`` (a previous output
+    of this kind), so that a mistyped ``--output ~`` never replaces a directory of other things.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise EchoTrlError(f"{flag} {out}: is a file, not a directory")
+    existing = _nearest_existing(out.absolute())
+    if not existing.is_dir():
+        raise EchoTrlError(f"{flag} {out}: is under {existing}, which is not a directory")
+    if replace_if is None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EchoTrlError(f"{flag} {out}: cannot create it ({exc.strerror or exc})") from None
+        _probe_writable(out, out, flag)
+        return out
+    if out.is_dir():
+        if any(out.iterdir()) and not (out / replace_if).exists():
+            raise EchoTrlError(f"{flag} {out}: exists and is not a previous output (no {replace_if}); "
+                               "refusing to replace it: choose a new or empty directory")
+        _probe_writable(out, out, flag)
+        existing = out.absolute().parent
+    _probe_writable(existing, out, flag)
+    return out
+
+
+@contextlib.contextmanager
+def output_lock(path: str | Path) -> Iterator[Path]:
+    """Hold the sibling ``.NAME.lock`` of ``path``; a second writer gets a one-line error at once."""
+    out = Path(os.path.realpath(path))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.parent / f".{out.name}.lock"
+    if fcntl is None:
+        yield lock
+        return
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise EchoTrlError(f"{path}: another process{f' (pid {holder})' if holder else ''} is writing this "
+                               f"output (it holds {lock}); wait for it or choose another output") from None
+        # The previous holder removes the file when done: lock only the file that is there now.
+        try:
+            mine, there = os.fstat(fd), os.stat(lock)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2``); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError, TypeError):  # no renameat2 (old glibc, macOS) or no libc handle (Windows)
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _recover(out: Path) -> None:
+    """Clean what killed runs left (under the lock, so no live writer owns it)."""
+    parked = sorted(out.parent.glob(f".{out.name}.old-*"))
+    if parked and not os.path.lexists(out):  # killed between the two renames of the fallback swap
+        os.rename(parked.pop(), out)
+    for stale in [*out.parent.glob(f".{out.name}.tmp-*"), *parked]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | Path, *, replace_if: str, flag: str = "--output") -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``path``; when the block succeeds it replaces ``path``.
+
+    Until the swap the previous output is untouched; if the block raises (or the process dies)
+    the temporary directory is removed (or removed by the next writer) and ``path`` is as it was.
+    ``replace_if`` is :func:`check_output_dir`'s marker of a replaceable previous output.
+    """
+    out = Path(os.path.realpath(path))  # a link to the output stays a link to the new output
+    check_output_dir(path, replace_if=replace_if, flag=flag)
+    with output_lock(out):
+        check_output_dir(path, replace_if=replace_if, flag=flag)  # again, now that no one else writes
+        try:
+            _recover(out)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+            os.chmod(tmp, 0o777 & ~_umask())
+        except OSError as exc:
+            raise EchoTrlError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+        try:
+            yield tmp
+            if not out.exists():
+                os.rename(tmp, out)
+            elif not _exchange(tmp, out):
+                parked = out.parent / f".{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+                os.rename(out, parked)
+                os.rename(tmp, out)
+                tmp = parked
+        except OSError as exc:
+            raise EchoTrlError(f"{flag} {path}: cannot write ({exc.strerror or exc}); "
+                               "the previous output is unchanged") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # the failed new output, or the replaced old one

@@ -1,0 +1,139 @@
+"""Tokenize once: every trajectory's token ids and per-token roles as cached dataset columns.
+
+Rendering a 30-tool AWM preamble through a chat template and tokenizing a long episode costs
+more than a tiny model's forward, so the trainer must not do it inside every step of every
+epoch. :func:`tokenize_dataset` renders and tokenizes each row once (the exact
+:func:`~echo_trl.tokenization.tokenize_batch`: ids are ``tokenizer(rendered_text)``), stores the
+result as columns, and caches them the ``datasets`` way: ``Dataset.map`` with a fingerprint of
+(dataset, tokenizer, chat template, echo_trl's token-layout version), so the next epoch, the next
+run and the evaluation reuse the same Arrow file instead of tokenizing again.
+
+The columns hold the *whole* trajectory; cuts (``max_completion_length``) and world-loss targets
+are applied later on these tokens (:func:`row_tokens` then ``RoleTokens.truncate``), so one cache
+serves every setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+from datasets import Features, List, Value
+
+from .errors import EchoTrlError
+from .tokenization import RoleTokens, tokenize_batch
+
+#: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
+LAYOUT_VERSION = "2"  # 2: special-token text inside a conversation is tokenized as text
+
+IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
+#: The columns :func:`tokenize_dataset` adds.
+TOKEN_COLUMNS = (IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS)
+TOKEN_FEATURES = {IDS: List(Value("int32")), ROLES: List(Value("int8")), PROMPT_LENGTH: Value("int32"),
+                  MESSAGE_ENDS: List(Value("int32"))}
+
+
+def cache_root() -> Path:
+    """Where token caches of in-memory datasets go (``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``)."""
+    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl")) / "tokens"
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of everything that decides the tokens: vocabulary and merges, added tokens, chat template.
+
+    Two tokenizers with the same fingerprint tokenize every conversation identically; a changed chat
+    template (or an added special token) changes it, so a cache built with another template is never used.
+    """
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode())
+    else:  # slow tokenizer: its vocabulary stands in for the model file
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    template = getattr(tokenizer, "chat_template", None)
+    h.update(json.dumps(template, sort_keys=True).encode())
+    added = sorted((i, t.content, t.special) for i, t in tokenizer.added_tokens_decoder.items())
+    h.update(json.dumps([type(tokenizer).__name__, added]).encode())
+    return h.hexdigest()[:16]
+
+
+def _fingerprint(ds: datasets.Dataset, tokenizer) -> str:
+    key = f"{ds._fingerprint}/{tokenizer_fingerprint(tokenizer)}/{LAYOUT_VERSION}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _tokenize_rows(batch: dict[str, list], indices: list[int], tokenizer) -> dict[str, list]:
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(len(indices))]
+    try:
+        tokens = tokenize_batch(tokenizer, rows)
+    except EchoTrlError:
+        for index, row in zip(indices, rows, strict=True):  # name the row that fails
+            try:
+                tokenize_batch(tokenizer, [row])
+            except EchoTrlError as exc:
+                raise EchoTrlError(f"row {index} (group_id {row.get('group_id')!r}): {exc}") from None
+        raise
+    return {IDS: [t.input_ids for t in tokens], ROLES: [t.roles.tolist() for t in tokens],
+            PROMPT_LENGTH: [t.prompt_length for t in tokens],
+            MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens]}
+
+
+def _cache_file(ds: datasets.Dataset, fingerprint: str) -> str | None:
+    """Next to the dataset's own Arrow files when that directory is writable (datasets' convention),
+    else under :func:`cache_root`; ``None`` (keep in memory) when neither can be written."""
+    candidates = [Path(f["filename"]).parent for f in ds.cache_files[:1]] + [cache_root()]
+    for directory in candidates:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(directory, os.W_OK):
+            return str(directory / f"echo-tokens-{fingerprint}.arrow")
+    return None
+
+
+def tokenize_dataset(ds: datasets.Dataset, tokenizer, *, show_progress: bool | None = None) -> datasets.Dataset:
+    """``ds`` with :data:`TOKEN_COLUMNS` added: each trajectory rendered and tokenized exactly once.
+
+    Already-tokenized datasets (same fingerprint) load from the cache file without touching the
+    tokenizer. A row that cannot be rendered is an :class:`EchoTrlError` naming its index and group.
+    """
+    ds = ds.remove_columns([c for c in TOKEN_COLUMNS if c in ds.column_names])
+    fingerprint = _fingerprint(ds, tokenizer)
+    cache_file = _cache_file(ds, fingerprint)
+    disable = show_progress is False or (show_progress is None and os.environ.get("ECHO_TRL_PROGRESS") == "0")
+    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
+    if disable:
+        datasets.disable_progress_bars()
+    try:
+        return ds.map(_tokenize_rows, batched=True, batch_size=64, with_indices=True,
+                      fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=fingerprint,
+                      cache_file_name=cache_file, keep_in_memory=cache_file is None,
+                      features=Features({**ds.features, **TOKEN_FEATURES}),
+                      desc="tokenizing trajectories (once per tokenizer)")
+    finally:
+        if disable and was_enabled:
+            datasets.enable_progress_bars()
+
+
+def has_tokens(row: dict[str, Any]) -> bool:
+    """Whether a row carries the columns of :func:`tokenize_dataset`."""
+    return all(row.get(c) is not None for c in TOKEN_COLUMNS)
+
+
+def row_tokens(row: dict[str, Any]) -> RoleTokens:
+    """The cached tokens of one row as :class:`~echo_trl.tokenization.RoleTokens` (no rendering).
+
+    The rendered text is not cached (the trainer never needs it), so ``text`` is empty and the
+    per-message character ends are unknown (zeros).
+    """
+    p = int(row[PROMPT_LENGTH])
+    ends = [int(e) for e in row[MESSAGE_ENDS]]
+    spans = [(p if k == 0 else ends[k - 1], e) for k, e in enumerate(ends)]
+    return RoleTokens(list(row[IDS]), np.asarray(row[ROLES], dtype=np.int8), p, message_token_spans=spans,
+                      message_char_ends=[0] * len(ends))

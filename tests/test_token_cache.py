@@ -1,0 +1,104 @@
+"""Tokenize once: cached token columns equal a fresh exact tokenization and are reused, never stale."""
+
+from __future__ import annotations
+
+import os
+
+import datasets
+import numpy as np
+import pytest
+from conftest import REPO, tiny_tokenizer
+
+from echo_trl import token_cache
+from echo_trl.dataset import build_awm_dataset
+from echo_trl.errors import EchoTrlError
+from echo_trl.tiny import build_tiny_tokenizer
+from echo_trl.token_cache import TOKEN_COLUMNS, has_tokens, row_tokens, tokenize_dataset
+from echo_trl.tokenization import tokenize_with_roles
+
+EPISODES = REPO / "data" / "episodes"
+
+
+@pytest.fixture(scope="module")
+def bundled() -> datasets.Dataset:
+    return build_awm_dataset([EPISODES / "library_1_task0.jsonl", EPISODES / "library_1_task1.jsonl"])
+
+
+@pytest.fixture
+def saved(bundled, tmp_path) -> datasets.Dataset:
+    """The bundled episodes saved and loaded back: a disk-backed dataset, as users train on."""
+    bundled.save_to_disk(str(tmp_path / "ds"))
+    return datasets.load_from_disk(str(tmp_path / "ds"))
+
+
+@pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
+def test_cached_columns_equal_a_fresh_exact_tokenization(bundled, family, monkeypatch, tmp_path):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
+    tok = tiny_tokenizer(family)
+    ds = tokenize_dataset(bundled, tok)
+    assert set(TOKEN_COLUMNS) <= set(ds.column_names) and len(ds) == len(bundled)
+    for i, row in enumerate(ds):
+        assert has_tokens(row)
+        fresh = tokenize_with_roles(tok, bundled[i])
+        cached = row_tokens(row)
+        assert cached.input_ids == fresh.input_ids
+        assert np.array_equal(cached.roles, fresh.roles)
+        assert cached.prompt_length == fresh.prompt_length
+        assert cached.message_token_spans == fresh.message_token_spans
+        # A cut of the cached tokens is the cut of the fresh ones (the trainer's max_completion_length).
+        limit = fresh.prompt_length + max(1, (len(fresh) - fresh.prompt_length) // 2)
+        a, b = cached.truncate(limit), fresh.truncate(limit)
+        assert a.input_ids == b.input_ids and np.array_equal(a.roles, b.roles)
+        assert a.truncated_tokens == b.truncated_tokens
+
+
+def test_second_call_reuses_the_cache_without_tokenizing(saved, monkeypatch):
+    tok = tiny_tokenizer("qwen3")
+    first = tokenize_dataset(saved, tok)
+    cache = [f["filename"] for f in first.cache_files if "echo-tokens-" in f["filename"]]
+    assert cache and os.path.exists(cache[0])
+
+    def boom(*args, **kwargs):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(token_cache, "tokenize_batch", boom)
+    again = tokenize_dataset(saved, tok)  # a new run: same dataset, same tokenizer
+    assert again[TOKEN_COLUMNS[0]] == first[TOKEN_COLUMNS[0]]
+
+
+def test_another_chat_template_never_reuses_the_cache(saved):
+    a, b = tiny_tokenizer("qwen3"), build_tiny_tokenizer("qwen3")
+    b.chat_template = b.chat_template.replace("<tool_response>", "<tool_response>\n")
+    assert token_cache.tokenizer_fingerprint(a) != token_cache.tokenizer_fingerprint(b)
+    ta, tb = tokenize_dataset(saved, a), tokenize_dataset(saved, b)
+    assert ta[0][TOKEN_COLUMNS[0]] != tb[0][TOKEN_COLUMNS[0]]
+    assert tb[0][TOKEN_COLUMNS[0]] == tokenize_with_roles(b, saved[0]).input_ids
+
+
+def test_equal_tokenizers_share_a_fingerprint():
+    assert token_cache.tokenizer_fingerprint(build_tiny_tokenizer("qwen3")) == \
+        token_cache.tokenizer_fingerprint(tiny_tokenizer("qwen3"))
+
+
+def test_stale_token_columns_are_recomputed(bundled, monkeypatch, tmp_path):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
+    tok = tiny_tokenizer("qwen3")
+    other = build_tiny_tokenizer("llama3_1")
+    stale = tokenize_dataset(bundled, other)  # tokens of another tokenizer travel with the rows
+    fresh = tokenize_dataset(stale, tok)
+    assert fresh[0][TOKEN_COLUMNS[0]] == tokenize_with_roles(tok, bundled[0]).input_ids
+
+
+def test_read_only_dataset_directory_falls_back(saved, monkeypatch, tmp_path):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(token_cache.os, "access", lambda path, mode: str(path).startswith(str(tmp_path / "cache")))
+    ds = tokenize_dataset(saved, tiny_tokenizer("qwen3"))
+    assert any(str(tmp_path / "cache") in f["filename"] for f in ds.cache_files)
+
+
+def test_a_row_that_cannot_render_is_named(bundled, monkeypatch, tmp_path):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
+    tok = build_tiny_tokenizer("qwen3")
+    tok.chat_template = "{{ raise_exception('no') if messages|length > 7 else 'x' }}"
+    with pytest.raises(EchoTrlError, match=r"row \d+ \(group_id 'library_1/\d'\)"):
+        tokenize_dataset(bundled, tok)
