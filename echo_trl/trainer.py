@@ -97,8 +97,7 @@ class EchoGRPOTrainer(GRPOTrainer):
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
                                                     "set them equal (the world term then reuses TRL's log-probs)")
         if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
-            trl_compat.check_reprojection_supported(self.model, "the held-out env CE is at temperature 1, not "
-                                                    "temperature", "evaluate with temperature=1.0")
+            trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
         if offline and args.use_policy_loss and not has_behavior_logprobs(train_dataset):
             logger.warning("offline ECHO: the trajectories carry no behavior_logprobs, so they are treated as "
                            "on-policy (importance ratio 1 at their first update, as in GRPO without vLLM)")
@@ -251,7 +250,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         training = mode == "train"
         logps = self._logps_at(self.args.world_loss_temperature, model, inputs, forward)
         # Metrics: the CE the world term trains on; held out, the true CE (temperature 1) the paper plots.
-        ce_logps = logps if training else self._logps_at(1.0, model, inputs, forward)
+        held_out_t1 = not training and not math.isclose(self.args.world_loss_temperature, 1.0)
+        ce_logps = self._logps_at(1.0, model, inputs, forward) if held_out_t1 else logps
         world_items = inputs.get("world_num_items")
         if world_items is None:
             world_items = self.accelerator.gather(global_count(world_mask, self.args.world_loss_normalization)).sum()
