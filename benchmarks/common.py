@@ -161,12 +161,9 @@ def bundled_dataset(compact_tools: bool = True):
 
 def corpus_of(ds) -> list[str]:
     """Message texts and tool-call arguments of a trajectory dataset (to train a tiny tokenizer on)."""
-    texts = []
-    for row in ds:
-        texts += [m["content"] or "" for m in row["prompt"] + row["completion"]]
-        texts += [str(c["function"]["arguments"]) + c["function"]["name"] for m in row["completion"]
-                  for c in (m.get("tool_calls") or [])]
-    return texts
+    from echo_trl.demo.tiny import corpus_of as texts
+
+    return list(texts(ds))
 
 
 def fit_exponent(xs: list[float], ys: list[float]) -> float:
@@ -205,8 +202,3 @@ def echo_step(trainer, rows) -> float:
     trainer.model.zero_grad(set_to_none=True)
     trainer.state.global_step += 1
     return float(loss)
-
-
-def trainer_rows(trainer, rows: list[dict]) -> list[dict]:
-    """Rows as the trainer's dataloader hands them over (with the precomputed advantage column)."""
-    return list(rows)

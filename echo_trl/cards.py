@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from .roles import Role
+from .roles import MESSAGE_ROLES
 
 ECHO_CITATION = """@article{echo2026,
     title   = {{ECHO: Environment Cross-entropy Hybrid Objective}},
@@ -168,7 +168,7 @@ def add_echo_section(readme: str | Path, args, log_history: list[dict[str, Any]]
 
 def role_counts(ds) -> dict[str, dict[str, int]]:
     """Messages and characters per role (tokenizer-free; ``echo-trl stats`` counts tokens)."""
-    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in Role}
+    counts: dict[str, dict[str, int]] = {r.value: {"messages": 0, "chars": 0} for r in MESSAGE_ROLES}
     for row in ds:
         for m in row["prompt"]:
             counts["context"]["messages"] += 1

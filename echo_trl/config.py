@@ -33,18 +33,68 @@ class EchoConfigError(ValueError):
 @dataclass
 class EchoGRPOConfig(GRPOConfig):
     r"""
-    Configuration of [`EchoGRPOTrainer`]: every [`~trl.GRPOConfig`] field plus the ECHO ones below.
+    Configuration class for the [`EchoGRPOTrainer`]: every [`~trl.GRPOConfig`] field plus the ECHO ones below.
 
     ECHO adds `world_model_coeff * CE(env_output tokens)` to GRPO's loss, computed from the per-token
     log-probabilities of GRPO's own forward pass (no second forward). The world term sits outside
     GRPO's clipping, importance sampling and KL: it is plain teacher-forced cross-entropy on what the
     environment said.
 
-    Temperature: TRL divides the logits by `temperature` in its forward. `world_loss_temperature`
-    defaults to `1.0` (true cross-entropy, the paper's world-model metric). When it equals `temperature`
-    (the TRL default of 1.0 included) the world term reuses GRPO's log-probs as they are; otherwise the
-    hidden states of that same forward are projected once more through the LM head at
-    `world_loss_temperature`, for the env tokens only (no second backbone forward).
+    Using [`~transformers.HfArgumentParser`] (TRL's `TrlParser`, as `echo-trl train` does) every field is also a
+    command-line flag and a key of a `--config` YAML recipe.
+
+    Field names are kept as released rather than moved under one prefix: they are the CLI flags and YAML keys
+    of existing recipes (`examples/configs/`, users' own), which a rename would break. The groups below say
+    which settings belong together: `world_model_coeff*` (how much the world term weighs), `world_loss_*`
+    (which tokens and how the cross-entropy is computed), `wm_filter_min_*` (which rollouts it learns from)
+    and `max_world_model_tokens` (how many tokens of each observation).
+
+    Parameters:
+        > Parameters that control the weight of the world term (lambda)
+
+        world_model_coeff (`float`, *optional*, defaults to `0.05`):
+            Lambda: weight of the world-model cross-entropy on environment-output tokens. `0.0` gives plain GRPO
+            (bit for bit). The paper recommends about 0.05; at 0.2 it saw collapse, so values above 0.1 warn.
+        world_model_coeff_schedule (`str`, *optional*, defaults to `"constant"`):
+            How lambda changes with the optimizer step: `"constant"`, `"linear_decay"` or `"step_decay"`.
+        world_model_coeff_end (`float`, *optional*, defaults to `0.0`):
+            Final lambda of the `"linear_decay"` schedule.
+        world_model_coeff_steps (`list[int]` or `None`, *optional*):
+            `"linear_decay"`: one value, the steps to reach `world_model_coeff_end` (default: the whole run).
+            `"step_decay"`: strictly increasing steps at which lambda switches to `world_model_coeff_values`.
+        world_model_coeff_values (`list[float]` or `None`, *optional*):
+            `"step_decay"` only: lambda from each `world_model_coeff_steps` entry on.
+
+        > Parameters that control what the world term trains on and how
+
+        world_loss_target (`str`, *optional*, defaults to `"env_only"`):
+            `"env_only"` (tool output content), `"observation"` (plus the chat-template tokens wrapping tool
+            messages) or `"all"` (plus harness warnings).
+        world_loss_normalization (`str`, *optional*, defaults to `"sequence"`):
+            `"sequence"`: mean over each trajectory's world tokens, then over trajectories; `"token"`: mean over
+            all world tokens. Both are exact under gradient accumulation and data parallelism.
+        world_loss_temperature (`float`, *optional*, defaults to `1.0`):
+            Temperature of the world-model cross-entropy. TRL divides the logits by `temperature` in its
+            forward: when the two are equal (TRL's default of 1.0 included) the world term reuses GRPO's
+            log-probs as they are; otherwise the hidden states of that same forward are projected once more
+            through the LM head at `world_loss_temperature`, for the env tokens only (no second backbone forward).
+            The held-out `eval_world/ce_env` is always at temperature 1, whatever the two temperatures.
+        use_policy_loss (`bool`, *optional*, defaults to `True`):
+            Whether to train the GRPO term. `False` is verifier-free ECHO: only the world term trains.
+
+        > Parameters that control which rollouts and tokens the world term learns from
+
+        wm_filter_min_valid_tool_call_pct (`float`, *optional*, defaults to `0.0`):
+            Skip a trajectory's world tokens unless at least this percentage of its assistant turns call an
+            offered tool (0 = off). The filters gate only the world term.
+        wm_filter_min_parse_clean_pct (`float`, *optional*, defaults to `0.0`):
+            Likewise for assistant turns that parsed into a tool call and drew no harness warning.
+        wm_filter_min_correct_pct (`float`, *optional*, defaults to `0.0`):
+            Likewise for tool calls that got a non-error result.
+        max_world_model_tokens (`int` or `None`, *optional*):
+            At most this many world-target tokens (the first ones) of each observation: the environment's reply
+            to one agent turn, i.e. everything between two assistant turns (all tool messages of a parallel call
+            together). The same offline and online (`echo_trl.world_mask`). `None` = all.
     """
 
     world_model_coeff: float = field(
@@ -95,7 +145,8 @@ class EchoGRPOConfig(GRPOConfig):
         metadata={"help": "Temperature of the world-model cross-entropy. 1.0 (default) is true cross-entropy, the "
                   "quantity the held-out env CE measures. TRL divides logits by `temperature` in its forward: when "
                   "the two are equal the world term reuses those log-probs; otherwise the env-token hidden states of "
-                  "the same forward are projected through the LM head once more (no second backbone forward)."},
+                  "the same forward are projected through the LM head once more (no second backbone forward). The held-out "
+                  "eval_world/ce_env is always at temperature 1."},
     )
     use_policy_loss: bool = field(
         default=True,
@@ -120,8 +171,10 @@ class EchoGRPOConfig(GRPOConfig):
     )
     max_world_model_tokens: int | None = field(
         default=None,
-        metadata={"help": "Train the world term on at most this many tokens of each observation (tool message), the "
-                  "first ones. None = all."},
+        metadata={"help": "Train the world term on at most this many world-target tokens of each observation, the first "
+                  "ones. An observation is the environment's reply to one agent turn: everything between two "
+                  "assistant turns (all tool messages of a parallel call together), offline and online alike. "
+                  "None = all."},
     )
 
     def __post_init__(self):

@@ -28,7 +28,7 @@ TOOL_CALL_FEATURE = {"type": Value("string"),
 MESSAGE_FEATURE = {"role": Value("string"), "content": Value("string"), "name": Value("string"),
                    "tool_calls": List(TOOL_CALL_FEATURE)}
 
-#: The ECHO trajectory schema (see DESIGN.md, "Dataset row").
+#: The ECHO trajectory schema (one row per episode).
 FEATURES = Features({
     "prompt": List(MESSAGE_FEATURE),
     "completion": List(MESSAGE_FEATURE),

@@ -3,11 +3,14 @@
 A trajectory is a chat (TRL's conversational prompt-completion format) plus the knowledge of
 which message plays which role. Per-token roles are derived later, from the rendered chat
 (see ``tokenization.py``); here every *message* already has exactly one role.
+
+:class:`Role` is the one role vocabulary of the package: its string value names a role (metrics,
+annotations, message roles) and :attr:`Role.code` is the ``int8`` stored per token in
+``RoleTokens.roles``.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -20,7 +23,23 @@ class Role(StrEnum):
     ACTION = "action"  # what the agent generated (tool calls, text, end-of-turn): GRPO
     ENV_OUTPUT = "env_output"  # tool results, errors, verifier output: ECHO world-model CE
     WARNING = "warning"  # harness boilerplate: excluded by default
+    OBSERVATION = "observation"  # tokens only: the template's wrapper around tool messages
 
+    @property
+    def code(self) -> int:
+        """This role's value in per-token role arrays (its position in the enum: 0 ... 4)."""
+        return _CODES[self]
+
+    @classmethod
+    def of_code(cls, code: int) -> Role:
+        return _BY_CODE[int(code)]
+
+
+_BY_CODE = tuple(Role)
+_CODES = {role: i for i, role in enumerate(_BY_CODE)}
+
+#: Roles a whole message can have (``observation`` exists only per token).
+MESSAGE_ROLES = (Role.CONTEXT, Role.ACTION, Role.ENV_OUTPUT, Role.WARNING)
 
 #: The three ``world_loss_target`` settings, from narrowest to widest.
 WORLD_LOSS_TARGETS = ("env_only", "observation", "all")
@@ -70,9 +89,6 @@ class Trajectory:
     def message_roles(self) -> list[Role]:
         """The role of each message in ``messages`` (prompt first, then completion)."""
         return [Role.CONTEXT] * len(self.prompt) + [message_role(m) for m in self.completion]
-
-    def copy(self) -> Trajectory:
-        return copy.deepcopy(self)
 
 
 def message_role(message: Message) -> Role:

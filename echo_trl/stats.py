@@ -7,9 +7,11 @@ from typing import Any
 
 from .errors import EchoTrlError
 from .progress import progress
+from .roles import MESSAGE_ROLES
 from .tokenization import RoleTokens, tokenize_batch
 
-ROLES = ("context", "action", "env_output", "warning")
+#: The roles counted (``RoleTokens.counts``: the template's tool-message wrapper counts as context).
+ROLES = tuple(r.value for r in MESSAGE_ROLES)
 
 
 def _summary(tokens: dict[str, int], episodes: int) -> dict[str, Any]:

@@ -1,26 +1,24 @@
 """Exact per-token roles: render once with the model's chat template, tokenize once.
 
-The token ids are exactly ``tokenizer(rendered_text, add_special_tokens=False)`` of the whole
-conversation rendered by the model's own chat template: tokenizing per segment would drift at
-BPE merges across segment boundaries. Roles come from character spans in the rendered text:
+The exactness rule: the token ids are those of the whole conversation rendered by the model's own
+chat template, tokenized in one piece (``tokenizer(rendered_text, add_special_tokens=False)``;
+tokenizing per message would drift at BPE merges across message boundaries), where only the special
+tokens the template itself rendered act as special tokens. Text inside the conversation that spells a
+special token (a tool output holding ``<|im_end|>\n<|im_start|>assistant``, a task, a tool schema)
+stays text: it is tokenized as ``split_special_tokens=True`` tokenizes it, so no content can open or
+close a turn. For a conversation without such text the two readings are the same ids. With it, the
+text between the template's special tokens is tokenized piece by piece (special tokens already split
+a text before BPE runs, so the pieces are what the whole-text tokenization would cut anyway); that
+this reproduces the whole-text ids is checked on the same conversation with the special-token text
+neutralized, and an error says so when a tokenizer does not allow it.
 
-* ``env_output``: the characters of each tool message's content (where the template put them,
-  found with a probe render, so a tool output that also appears in the scaffolding is never
-  mistaken for it);
-* ``warning``: harness warnings, rendered after the tool output inside the same tool message;
-* ``action``: what the model generates for an assistant turn, from the end of the template's
-  generation prompt to the end-of-turn token inclusive;
-* ``observation``: the template's wrapper around tool messages (role headers,
-  ``<tool_response>`` tags) up to the next generation prompt;
-* ``context``: everything else (system prompt, tools, task, other scaffolding).
-
-A token takes the role of the span holding its first character (a BPE token that merges the
-last character of a tool output with the newline after it counts as env output).
+:func:`echo_trl.layout.layout` gives every character of the rendered text a role; a token takes the
+role of the span holding its first character (a BPE token that merges the last character of a tool
+output with the newline after it counts as env output).
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,16 +27,12 @@ import numpy as np
 
 from .dataset import row_to_trajectory
 from .errors import EchoTrlError, TemplateError
-from .roles import WORLD_LOSS_TARGETS, Role, Trajectory, tool_call
+from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
+from .roles import Role, Trajectory
+from .world_mask import target_codes, world_mask
 
-#: Char/token role codes (also the values of :attr:`RoleTokens.roles`).
-CONTEXT, ACTION, ENV_OUTPUT, WARNING, OBSERVATION = 0, 1, 2, 3, 4
-ROLE_CODES = {Role.CONTEXT: CONTEXT, Role.ACTION: ACTION, Role.ENV_OUTPUT: ENV_OUTPUT, Role.WARNING: WARNING}
-
-#: How warnings are appended to a tool message's rendered text (never into its stored content).
-WARNING_SEPARATOR = "\n\n"
-
-_PROBE = "ECHOPROBE{}X"
+__all__ = ["WARNING_SEPARATOR", "RoleTokens", "TruncationError", "annotate_roles", "layout", "tokenize_batch",
+           "tokenize_with_roles"]
 
 
 class TruncationError(EchoTrlError):
@@ -50,7 +44,7 @@ class RoleTokens:
     """Token ids of one trajectory with aligned, disjoint role masks."""
 
     input_ids: list[int]
-    roles: np.ndarray  # int8 per token: CONTEXT / ACTION / ENV_OUTPUT / WARNING / OBSERVATION
+    roles: np.ndarray  # int8 per token: a Role.code
     prompt_length: int  # tokens before the first action token: where the completion starts
     world_loss_target: str = "env_only"
     truncated_tokens: int = 0  # tokens cut by max_length (reported, never silent)
@@ -86,277 +80,37 @@ class RoleTokens:
             text=self.text[:char_cut], message_token_spans=self.message_token_spans[:keep],
             message_char_ends=self.message_char_ends[:keep], completion_char_start=self.completion_char_start)
 
-    def _mask(self, *codes: int) -> list[int]:
-        return np.isin(self.roles, codes).astype(np.int64).tolist()
+    def mask(self, *roles: Role) -> list[int]:
+        """1 on the tokens of any of ``roles``, 0 elsewhere."""
+        return np.isin(self.roles, [r.code for r in roles]).astype(np.int64).tolist()
 
     @property
     def action_mask(self) -> list[int]:
-        return self._mask(ACTION)
+        return self.mask(Role.ACTION)
 
     @property
     def env_output_mask(self) -> list[int]:
-        return self._mask(ENV_OUTPUT)
+        return self.mask(Role.ENV_OUTPUT)
 
     @property
     def warning_mask(self) -> list[int]:
-        return self._mask(WARNING)
+        return self.mask(Role.WARNING)
 
     @property
     def observation_mask(self) -> list[int]:
         """Template wrapper tokens of tool messages (not their content)."""
-        return self._mask(OBSERVATION)
+        return self.mask(Role.OBSERVATION)
 
     @property
     def world_mask(self) -> list[int]:
-        """Tokens the world-model loss trains on under ``world_loss_target``."""
-        return self._mask(*world_codes(self.world_loss_target))
+        """Tokens the world-model loss trains on under ``world_loss_target`` (no cap, no filter)."""
+        return world_mask(self.roles, self.world_loss_target).astype(np.int64).tolist()
 
     def counts(self) -> dict[str, int]:
-        c = np.bincount(self.roles, minlength=5)
-        return {"context": int(c[CONTEXT] + c[OBSERVATION]), "action": int(c[ACTION]),
-                "env_output": int(c[ENV_OUTPUT]), "warning": int(c[WARNING])}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"input_ids": self.input_ids, "action_mask": self.action_mask,
-                "env_output_mask": self.env_output_mask, "warning_mask": self.warning_mask,
-                "world_mask": self.world_mask, "prompt_length": self.prompt_length,
-                "truncated_tokens": self.truncated_tokens, "truncated_messages": self.truncated_messages}
-
-
-def world_codes(target: str) -> tuple[int, ...]:
-    if target not in WORLD_LOSS_TARGETS:
-        raise ValueError(f"world_loss_target must be one of {', '.join(WORLD_LOSS_TARGETS)}, got {target!r}")
-    return {"env_only": (ENV_OUTPUT,), "observation": (ENV_OUTPUT, OBSERVATION),
-            "all": (ENV_OUTPUT, OBSERVATION, WARNING)}[target]
-
-
-# --------------------------------------------------------------------------------------------
-# Template facts, derived once per tokenizer from tiny probe conversations
-
-
-@dataclass(frozen=True)
-class TemplateInfo:
-    generation_prompt: str  # what add_generation_prompt appends: the assistant turn header
-    end_markers: tuple[str, ...]  # tokens that end a generated turn
-    tool_content: str | None  # "verbatim" | "escaped" when tool content is inserted as-is, else None
-
-
-_TEMPLATE_CACHE: dict[tuple[int, str], TemplateInfo] = {}
-
-
-def _render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
-    try:
-        return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
-    except Exception as exc:  # jinja raises many types; all mean "this template cannot render this"
-        raise TemplateError(f"chat template failed to render the conversation: {exc}") from exc
-
-
-def template_info(tokenizer) -> TemplateInfo:
-    """Generation prompt and end-of-turn markers of ``tokenizer``'s chat template."""
-    template = getattr(tokenizer, "chat_template", None)
-    if not template:
-        raise TemplateError(
-            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; ECHO renders each "
-            "trajectory with the model's own template (set tokenizer.chat_template)")
-    key = (id(tokenizer), template if isinstance(template, str) else json.dumps(template))
-    if key in _TEMPLATE_CACHE:
-        return _TEMPLATE_CACHE[key]
-    convo = [{"role": "user", "content": "x"}]
-    plain = _render(tokenizer, convo, None)
-    with_gen = _render(tokenizer, convo, None, add_generation_prompt=True)
-    if not with_gen.startswith(plain) or len(with_gen) == len(plain):
-        raise TemplateError("chat template has no generation prompt (add_generation_prompt changes nothing)")
-    generation_prompt = with_gen[len(plain):]
-
-    probe = _PROBE.format("A")
-    text = _render(tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None)
-    after = text[text.index(probe) + len(probe):]
-    specials = sorted({*tokenizer.all_special_tokens,
-                       *(t.content for t in tokenizer.added_tokens_decoder.values() if t.special)},
-                      key=len, reverse=True)
-    markers = {s for s in specials if after.startswith(s)}
-    if tokenizer.eos_token:
-        markers.add(tokenizer.eos_token)
-    if not markers:
-        raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
-    info = TemplateInfo(generation_prompt, tuple(sorted(markers, key=len, reverse=True)),
-                        _tool_content_mode(tokenizer))
-    _TEMPLATE_CACHE[key] = info
-    return info
-
-
-def _tool_content_mode(tokenizer) -> str | None:
-    """How the template inserts tool content, if it does so independently of the value.
-
-    Two unlike contents are rendered; if both come out verbatim (or both JSON-escaped), a tool
-    message's text can be spliced into a probe render instead of rendering twice.
-    """
-    modes = set()
-    for content in (' A"b\n\\c\t ', '\n{"k": "v"}\n'):  # unlike, and both change when escaped
-        convo = [{"role": "user", "content": "x"},
-                 {"role": "assistant", "content": "", "tool_calls": [tool_call("f", {})]},
-                 {"role": "tool", "name": "f", "content": content}]
-        try:
-            text = _render(tokenizer, convo, None)
-        except TemplateError:
-            return None
-        modes.add("verbatim" if content in text else "escaped" if _escaped(content) in text else None)
-    return modes.pop() if len(modes) == 1 else None
-
-
-#: Tokenizers whose splice-instead-of-render result was checked against a real render.
-_SPLICE_CHECKED: dict[tuple[int, str], bool] = {}
-
-
-def _splice(probe_text: str, contents: dict[int, str], mode: str) -> str:
-    """The probe render with each probe replaced by its tool content as the template renders it."""
-    out, last = [], 0
-    for i in sorted(contents):
-        probe = _PROBE.format(i)
-        at = probe_text.find(probe, last)
-        out += [probe_text[last:at], _escaped(contents[i]) if mode == "escaped" else contents[i]]
-        last = at + len(probe)
-    out.append(probe_text[last:])
-    return "".join(out)
-
-
-def _find_end(text: str, start: int, markers: tuple[str, ...]) -> int:
-    """End (exclusive) of the first end-of-turn marker at or after ``start``; len(text) if none."""
-    best = -1
-    best_end = len(text)
-    for m in markers:
-        i = text.find(m, start)
-        if i != -1 and (best == -1 or i < best):
-            best, best_end = i, i + len(m)
-    return best_end
-
-
-def _escaped(s: str) -> str:
-    """``s`` as a chat template's ``tojson`` renders it, without the quotes."""
-    return json.dumps(s, ensure_ascii=False)[1:-1]
-
-
-# --------------------------------------------------------------------------------------------
-# Character spans
-
-
-@dataclass
-class _Layout:
-    text: str
-    char_roles: np.ndarray  # int8 per character
-    completion_start: int  # char where the first action begins
-    message_ends: list[int]  # per completion message: char after its turn's end marker
-    preamble_end: int  # end of the first turn (system + tools) when it ends in an end-of-turn token, else 0
-
-
-def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
-    pieces = [(ENV_OUTPUT, content)]
-    for w in warnings:
-        pieces += [(CONTEXT, WARNING_SEPARATOR), (WARNING, w)]
-    return pieces
-
-
-def layout(tokenizer, trajectory: Trajectory) -> _Layout:
-    """Render ``trajectory`` and give every character of the rendered text a role."""
-    info = template_info(tokenizer)
-    prompt, completion = trajectory.prompt, trajectory.completion
-    tools = trajectory.tools or None
-    pieces = {i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
-              for i, m in enumerate(completion) if m["role"] == "tool"}
-    contents = {i: "".join(p for _, p in pieces[i]) for i in pieces}
-    real = [*prompt, *[({**m, "content": contents[i]} if i in pieces else m) for i, m in enumerate(completion)]]
-    if not pieces:
-        text = _render(tokenizer, real, tools)
-
-    # Where each tool message's content lands: a render with probes in its place. Rendering the
-    # real conversation as well is needed only when the template does not insert tool content
-    # as-is (checked once per tokenizer against a real render, then spliced).
-    starts: dict[int, tuple[int, bool]] = {}
-    if pieces:
-        probed = [*prompt, *[({**m, "content": _PROBE.format(i)} if i in pieces else m)
-                             for i, m in enumerate(completion)]]
-        probe_text = _render(tokenizer, probed, tools)
-        for i in pieces:
-            at = probe_text.find(_PROBE.format(i))
-            if at == -1 or probe_text.find(_PROBE.format(i), at + 1) != -1:
-                raise TemplateError("chat template does not render each tool message's content exactly once")
-        key = (id(tokenizer), info.generation_prompt)
-        if info.tool_content and _SPLICE_CHECKED.get(key):
-            text = _splice(probe_text, contents, info.tool_content)
-        else:
-            text = _render(tokenizer, real, tools)
-            if info.tool_content and key not in _SPLICE_CHECKED:
-                _SPLICE_CHECKED[key] = _splice(probe_text, contents, info.tool_content) == text
-        shift = 0
-        for i in sorted(pieces):
-            probe = _PROBE.format(i)
-            at = probe_text.find(probe)
-            full = contents[i]
-            pos = at + shift
-            # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"):
-            # trust the template's known mode, else prefer the escaped form when it differs.
-            forms = {"verbatim": [False], "escaped": [True]}.get(info.tool_content, [True, False])
-            matches = [esc for esc in forms if text.startswith(_escaped(full) if esc else full, pos)]
-            if matches:
-                escaped = matches[0]
-            else:
-                raise TemplateError(
-                    f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)")
-            starts[i] = (pos, escaped)
-            shift += len(_escaped(full) if escaped else full) - len(probe)
-        if len(probe_text) + shift != len(text):
-            raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
-    roles = np.zeros(len(text), dtype=np.int8)
-
-    gen = info.generation_prompt
-    cursor = 0
-    completion_start = None
-    ends: list[int] = []
-    for i, m in enumerate(completion):
-        if m["role"] == "assistant":
-            head = text.find(gen, cursor)
-            if head == -1:
-                raise TemplateError(f"cannot find the assistant turn of completion message {i} in the rendered text")
-            a = head + len(gen)
-            e = _find_end(text, a, info.end_markers)
-            for call in m.get("tool_calls") or []:
-                if call["function"]["name"] not in text[a:e]:
-                    raise TemplateError(
-                        "chat template does not render assistant tool_calls (no tool-calling support?): "
-                        f"{call['function']['name']!r} missing from completion message {i}")
-            roles[a:e] = ACTION
-            completion_start = a if completion_start is None else completion_start
-            cursor = e
-        elif i in starts:
-            pos, escaped = starts[i]
-            obs_start = cursor
-            for code, piece in pieces[i]:
-                n = len(_escaped(piece) if escaped else piece)
-                roles[pos:pos + n] = code
-                pos += n
-            e = _find_end(text, pos, info.end_markers)
-            nxt = text.find(gen, pos)
-            obs_end = len(text) if nxt == -1 else nxt
-            window = roles[obs_start:obs_end]
-            window[window == CONTEXT] = OBSERVATION
-            cursor = e
-        else:
-            # Other roles in a completion (e.g. a user follow-up) are context; skip their turn.
-            e = _find_end(text, cursor, info.end_markers)
-            cursor = e
-        ends.append(e)
-    if completion_start is None:
-        completion_start = len(text)
-    # Everything before the first action is the prompt, including the generation prompt.
-    roles[:completion_start][roles[:completion_start] == OBSERVATION] = CONTEXT
-    first_end = _find_end(text, 0, info.end_markers)
-    preamble_end = first_end if first_end < completion_start else 0
-    return _Layout(text, roles, completion_start, ends, preamble_end)
-
-
-# --------------------------------------------------------------------------------------------
-# Tokens
+        """Tokens per message role (the template's tool-message wrapper counts as context)."""
+        c = np.bincount(self.roles, minlength=len(Role))
+        return {"context": int(c[Role.CONTEXT.code] + c[Role.OBSERVATION.code]), "action": int(c[Role.ACTION.code]),
+                "env_output": int(c[Role.ENV_OUTPUT.code]), "warning": int(c[Role.WARNING.code])}
 
 
 class _Encoder:
@@ -414,14 +168,42 @@ class _Encoder:
         return out
 
 
-_ENCODERS: dict[int, _Encoder] = {}
+def _encode_pieces(tokenizer, text: str, specials: list[tuple[int, int]]) -> tuple[list[int], np.ndarray]:
+    """Ids and token start offsets of ``text``: the ``specials`` spans as special tokens, everything between
+    them tokenized as text (special-token text included)."""
+    pieces, bounds, last = [], [], 0
+    for a, b in [*specials, (len(text), len(text))]:
+        if a > last:
+            pieces.append(text[last:a])
+            bounds.append(last)
+        last = b
+    enc = tokenizer(pieces, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True) \
+        if pieces else {"input_ids": [], "offset_mapping": []}
+    parts = {start: (list(ids), [off[0] + start for off in offs])
+             for start, ids, offs in zip(bounds, enc["input_ids"], enc["offset_mapping"], strict=True)}
+    parts |= {a: ([tokenizer.convert_tokens_to_ids(text[a:b])], [a]) for a, b in specials}
+    ids, starts = [], []
+    for start in sorted(parts):
+        ids += parts[start][0]
+        starts += parts[start][1]
+    return ids, np.asarray(starts, dtype=np.int64)
+
+
+def _encode_with_literal_specials(tokenizer, lay: Layout) -> tuple[list[int], np.ndarray]:
+    """:func:`_encode_pieces` of a text holding special-token text, after checking on its neutralized twin
+    that tokenizing between the template's special tokens reproduces the whole-text ids."""
+    whole = tokenizer(lay.neutral_text, add_special_tokens=False)["input_ids"]
+    if list(whole) != _encode_pieces(tokenizer, lay.neutral_text, lay.template_specials)[0]:
+        raise TemplateError("the conversation holds special-token text, and this tokenizer does not tokenize the "
+                            "text between special tokens independently, so it cannot be kept as text exactly")
+    return _encode_pieces(tokenizer, lay.text, lay.template_specials)
 
 
 def _encoder(tokenizer) -> _Encoder:
-    enc = _ENCODERS.get(id(tokenizer))
-    if enc is None or enc.tokenizer is not tokenizer:
-        enc = _ENCODERS[id(tokenizer)] = _Encoder(tokenizer)
-    return enc
+    state = tokenizer_state(tokenizer)
+    if state.encoder is None:
+        state.encoder = _Encoder(tokenizer)
+    return state.encoder
 
 
 def tokenize_with_roles(
@@ -448,14 +230,18 @@ def tokenize_batch(
     world_loss_target: str = "env_only",
 ) -> list[RoleTokens]:
     """:func:`tokenize_with_roles` for many trajectories: one batched (parallel, Rust) encode."""
-    world_codes(world_loss_target)  # validate early
+    target_codes(world_loss_target)  # validate early
     layouts = [layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
-    encoded = _encoder(tokenizer).encode([lay.text for lay in layouts], [lay.preamble_end for lay in layouts])
-    return [_assign(lay, ids, starts, max_length, world_loss_target)
-            for lay, (ids, starts) in zip(layouts, encoded, strict=True)]
+    plain = [lay for lay in layouts if lay.template_specials is None]
+    encoded = dict(zip(map(id, plain), _encoder(tokenizer).encode([lay.text for lay in plain],
+                                                                  [lay.preamble_end for lay in plain]), strict=True))
+    for lay in layouts:
+        if lay.template_specials is not None:
+            encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
+    return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target) for lay in layouts]
 
 
-def _assign(lay: _Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:
+def _assign(lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:
     n_chars = len(lay.text)
     token_roles = lay.char_roles[np.minimum(starts, max(n_chars - 1, 0))] if n_chars else np.zeros(0, np.int8)
     prompt_length = int(np.searchsorted(starts, lay.completion_start, side="left"))
@@ -465,10 +251,6 @@ def _assign(lay: _Layout, ids: list[int], starts: np.ndarray, max_length: int | 
                         message_token_spans=spans, message_char_ends=list(lay.message_ends),
                         completion_char_start=lay.completion_start)
     return result if max_length is None else result.truncate(max_length)
-
-
-_ROLE_NAMES = {CONTEXT: "context", ACTION: "action", ENV_OUTPUT: "env_output", WARNING: "warning",
-               OBSERVATION: "observation"}
 
 
 def annotate_roles(tokenizer, tokens: RoleTokens, *, hide_context_over: int | None = 400) -> str:
@@ -482,13 +264,13 @@ def annotate_roles(tokenizer, tokens: RoleTokens, *, hide_context_over: int | No
     for i in range(1, len(roles) + 1):
         if i == len(roles) or roles[i] != roles[start]:
             text = tokenizer.decode(tokens.input_ids[start:i])
-            code = int(roles[start])
-            if code == CONTEXT:
+            role = Role.of_code(roles[start])
+            if role is Role.CONTEXT:
                 if hide_context_over is not None and len(text) > hide_context_over:
                     half = hide_context_over // 2
                     text = f"{text[:half]}[... {len(text) - 2 * half} characters ...]{text[-half:]}"
                 out.append(text)
             else:
-                out.append(f"[{_ROLE_NAMES[code]}]{text}[/{_ROLE_NAMES[code]}]")
+                out.append(f"[{role}]{text}[/{role}]")
             start = i
     return "".join(out)

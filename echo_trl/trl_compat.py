@@ -1,8 +1,17 @@
 """Everything echo_trl takes from TRL's *private* ``GRPOTrainer`` internals, in one place.
 
-Written against TRL 1.16 (``pyproject.toml`` pins ``trl>=1.16,<1.17``). When TRL changes, this
-module (and the overridden hooks listed in ``echo_trl/trainer.py``) is what to re-check:
+Written against TRL 1.16 (``pyproject.toml`` pins ``trl>=1.16,<1.17``). No other module reads a
+private attribute or calls a private method of TRL's trainer (``trainer.py`` only overrides hooks
+and calls ``super()``); ``tests/test_trl_compat.py`` fails loudly when the installed TRL moved any
+of what this module relies on. When TRL changes, this module (and the overridden hooks listed in
+``echo_trl/trainer.py``) is what to re-check:
 
+* ``_tokenizer``, ``_metrics``, ``_is_vlm`` and ``_signature_columns`` (:func:`tokenizer`,
+  :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`);
+* ``_generate``'s 8-tuple (:func:`generated_rollouts`);
+* ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
+  :func:`run_loss_forward`, :func:`policy_logps`);
+* ``RepeatSampler``'s fields and its one-generator-per-sampler shuffling (:class:`ResumableRepeatSampler`);
 * ``GRPOTrainer._get_tool_suffix_ids``: how the tool loop renders the tokens after a tool call
   (a dummy user/assistant conversation, the tool messages, the next generation prompt; sliced
   after the assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
@@ -11,17 +20,29 @@ module (and the overridden hooks listed in ``echo_trl/trainer.py``) is what to r
   :func:`capture_hidden_states` and :func:`logps_at_temperature` re-project those hidden states.
 * the reference-model branch of ``_generate_and_score_completions`` (:func:`reference_logps`).
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
-  ``steps_per_generation x num_iterations`` micro-steps (:func:`generation_buffer_state`).
+  ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from trl.trainer.utils import RepeatSampler
 
-TRL_VERSION_TESTED = "1.16"
+from .online_masks import GeneratedRollouts
+
+#: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
+TRL_VERSION_RANGE = ("1.16", "1.17")
+
+#: Multimodal inputs TRL 1.16's ``_compute_loss`` forwards to ``_get_per_token_logps_and_entropies``.
+FORWARD_KWARGS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                  "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 # Config attributes with which TRL's fused head rescales logits before the softmax; the second LM-head
 # projection below does not reproduce them, so it refuses such models.
@@ -58,17 +79,15 @@ def render_tool_suffix(trainer, tool_messages: list[dict]) -> str:
         **trainer.chat_template_kwargs)
 
 
-def check_reprojection_supported(model) -> None:
-    """Raise if the second LM-head projection cannot reproduce this model's logits."""
+def check_reprojection_supported(model, why: str, fix: str) -> None:
+    """Raise if the second LM-head projection (needed because ``why``) cannot reproduce this model's logits."""
     config = causal_lm(model).config.get_text_config()
     found = [a for a in _LOGIT_RESCALING_ATTRS if getattr(config, a, None) not in (None, 1.0)]
     if found:
         from .errors import EchoTrlError
 
-        raise EchoTrlError(
-            f"world_loss_temperature differs from temperature, which re-projects hidden states through the LM head, "
-            f"but this model rescales its logits ({', '.join(found)}); set world_loss_temperature equal to "
-            "temperature (the world term then reuses TRL's log-probs)")
+        raise EchoTrlError(f"{why}, which re-projects hidden states through the LM head, but this model rescales "
+                           f"its logits ({', '.join(found)}); {fix}")
 
 
 @contextmanager
@@ -111,19 +130,123 @@ def logps_at_temperature(model, hidden: torch.Tensor, labels: torch.Tensor, temp
     return torch.cat(out)
 
 
+# --------------------------------------------------------------------------------------------
+# Private attributes
+
+
+def tokenizer(trainer):
+    """The text tokenizer of ``processing_class`` (TRL unwraps a processor's)."""
+    return trainer._tokenizer
+
+
+def metrics(trainer, mode: str) -> dict[str, list[float]]:
+    """TRL's per-mode metric lists (``"train"`` / ``"eval"``), averaged and cleared at each log."""
+    return trainer._metrics[mode]
+
+
+def is_vlm(trainer) -> bool:
+    return trainer._is_vlm
+
+
+def add_signature_columns(trainer, columns) -> None:
+    """Keep ``columns`` in the dataloader's rows (transformers drops columns the model does not take)."""
+    trainer._signature_columns = list(dict.fromkeys([*trainer._signature_columns, *columns]))
+
+
+def generated_rollouts(result: tuple) -> GeneratedRollouts:
+    """The parts of ``_generate``'s result the online masks need."""
+    _, completion_ids, tool_mask, completions, _, extra_fields, _, _ = result
+    return GeneratedRollouts(completion_ids, tool_mask, completions, extra_fields or {})
+
+
+# --------------------------------------------------------------------------------------------
+# Forwards
+
+
+def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=None) -> torch.Tensor:
+    """Per-token log-probs of ``model`` as TRL's forward computes them (at TRL's ``temperature``)."""
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                             batch_size=batch_size)
+    return logps
+
+
+@dataclass
+class LossForward:
+    """What :func:`capture_loss_forward` recorded of TRL's loss forward."""
+
+    logps: torch.Tensor | None = None  # per completion token, with grad
+    hidden: torch.Tensor | None = None  # the backbone's last hidden states (when asked for)
+
+
+@contextmanager
+def capture_loss_forward(trainer, inputs: dict[str, Any], *, hidden_states: bool = False) -> Iterator[LossForward]:
+    """Record the first ``_get_per_token_logps_and_entropies`` call inside the block: the loss forward
+    TRL's ``_compute_loss`` runs once per micro-batch, whose log-probs the world term reuses (no second
+    forward). Later calls (none in TRL 1.16's ``_compute_loss``) are TRL's own, unrecorded.
+
+    Rows of ``inputs["old_per_token_logps"]`` that are NaN (trajectories recorded without behavior
+    log-probs) get this forward's own log-probs, detached, before TRL reads them: importance ratio 1,
+    as TRL does for on-policy batches. ``inputs`` is modified in place: pass a copy of TRL's batch.
+    """
+    captured = LossForward()
+    forward = trainer._get_per_token_logps_and_entropies  # the class's method (TRL's, or a test's patch)
+
+    def once(model, *args, **kwargs):
+        del trainer._get_per_token_logps_and_entropies  # the rest of the block calls TRL's own again
+        if hidden_states:
+            with capture_hidden_states(model) as hidden:
+                result = forward(model, *args, **kwargs)
+            captured.hidden = torch.cat(hidden, dim=0)
+        else:
+            result = forward(model, *args, **kwargs)
+        captured.logps = result[0]
+        old = inputs.get("old_per_token_logps")
+        if old is not None and torch.isnan(old).any():
+            inputs["old_per_token_logps"] = torch.where(torch.isnan(old), captured.logps.detach(), old)
+        return result
+
+    trainer._get_per_token_logps_and_entropies = once
+    try:
+        yield captured
+    finally:
+        trainer.__dict__.pop("_get_per_token_logps_and_entropies", None)
+
+
+def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
+    """The forward TRL's ``_compute_loss`` would run, without its loss (verifier-free ECHO: no policy term)."""
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, inputs["completion_ids"].size(1),
+                                               **{k: inputs.get(k) for k in FORWARD_KWARGS})
+
+
 def reference_logps(trainer, input_ids, attention_mask, logits_to_keep, batch_size):
     """Reference-model log-probs for the KL term, as TRL 1.16's ``_generate_and_score_completions`` gets them."""
     from trl.trainer.utils import use_adapter
 
     if trainer.ref_model is not None:
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size)
-        return logps
+        return policy_logps(trainer, trainer.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)
     model = trainer.accelerator.unwrap_model(trainer.model)
     with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size)
-    return logps
+        return policy_logps(trainer, trainer.model, input_ids, attention_mask, logits_to_keep, batch_size)
+
+
+def add_sampling_logps(trainer, batch: dict[str, Any], batch_size: int) -> None:
+    """The log-probs TRL 1.16's ``_generate_and_score_completions`` adds to a generated batch, for a collated
+    one: ``old_per_token_logps`` when generation and optimizer steps are misaligned (the policy at sampling
+    time stands in for the behavior policy of rows that recorded none), and the reference model's for the
+    KL term."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    logits_to_keep = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        old = batch.get("old_per_token_logps")
+        if needs_old_logps(trainer) and (old is None or torch.isnan(old).all(dim=1).any()):
+            current = policy_logps(trainer, trainer.model, input_ids, attention_mask, logits_to_keep, batch_size)
+            batch["old_per_token_logps"] = current if old is None else torch.where(torch.isnan(old), current, old)
+        if trainer.beta != 0.0 and trainer.args.use_policy_loss:
+            batch["ref_per_token_logps"] = reference_logps(trainer, input_ids, attention_mask, logits_to_keep,
+                                                           batch_size)
 
 
 def needs_old_logps(trainer) -> bool:
@@ -134,13 +257,69 @@ def needs_old_logps(trainer) -> bool:
         trainer.use_vllm and trainer.vllm_importance_sampling_correction)
 
 
-def generation_buffer_state(trainer) -> dict:
-    """TRL 1.16's position in its generation buffer, to checkpoint: the micro-step counter, and the buffered
-    batch itself when the checkpoint falls inside a buffer (at a boundary TRL regenerates anyway)."""
+# --------------------------------------------------------------------------------------------
+# Exact resume: TRL's generation buffer in checkpoints, and a sampler whose epoch order survives a resume
+#
+# TRL resumes with ``_step = 0`` and an empty buffer: a checkpoint inside a buffer (``steps_per_generation``
+# > ``gradient_accumulation_steps``, or ``num_iterations`` > 1) would resume with a regenerated batch (other
+# shuffle, other old log-probs) and shifted generation boundaries. With the buffer restored, resuming is
+# bit-exact (tests/test_resume.py).
+
+
+def _generation_buffer_file(trainer, checkpoint: str) -> Path:
+    return Path(checkpoint) / f"echo_generation_buffer_{trainer.args.process_index}.pt"
+
+
+def save_generation_buffer(trainer, output_dir: str) -> None:
+    """Checkpoint TRL's position in its generation buffer (one file per process, next to ``rng_state*.pth``):
+    the micro-step counter, and the buffered batch itself when the checkpoint falls inside a buffer (at a
+    boundary TRL regenerates anyway)."""
     mid_buffer = trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations) != 0
-    return {"step": trainer._step, "buffered_inputs": trainer._buffered_inputs if mid_buffer else None}
+    torch.save({"step": trainer._step, "buffered_inputs": trainer._buffered_inputs if mid_buffer else None,
+                "num_processes": trainer.accelerator.num_processes}, _generation_buffer_file(trainer, output_dir))
 
 
-def restore_generation_buffer(trainer, state: dict) -> None:
-    """Put a :func:`generation_buffer_state` back (TRL itself resumes with ``_step = 0`` and no buffer)."""
-    trainer._step, trainer._buffered_inputs = state["step"], state["buffered_inputs"]
+def load_generation_buffer(trainer, checkpoint: str | None) -> None:
+    """Restore :func:`save_generation_buffer`'s state, if the checkpoint has one for this world size (another
+    world size shards the data differently: every process keeps TRL's behaviour then)."""
+    path = None if checkpoint is None else _generation_buffer_file(trainer, checkpoint)
+    if path is None or not path.is_file():
+        return
+    saved = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+    if saved.get("num_processes") == trainer.accelerator.num_processes:
+        trainer._step, trainer._buffered_inputs = saved["step"], saved["buffered_inputs"]
+
+
+class ResumableRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` with the order of epoch ``e`` a function of ``(seed, e)``: resume-exact.
+
+    TRL draws each epoch's permutation from one generator seeded once, so epoch ``e``'s order depends on
+    the sampler having been iterated ``e`` times before. ``Trainer`` resuming from a checkpoint in epoch
+    ``e >= 1`` builds a fresh sampler and starts at epoch ``e`` (it only calls ``set_epoch(e)``), for which
+    TRL's sampler gives epoch 0's order. Here ``__iter__`` re-seeds and discards the first ``e`` permutations: the
+    same order as TRL's for every epoch of an uninterrupted run, and the same order after a resume.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+
+    @classmethod
+    def like(cls, sampler):
+        """The resumable version of TRL's ``RepeatSampler`` ``sampler`` (same settings); anything else as is."""
+        if type(sampler) is not RepeatSampler:
+            return sampler
+        return cls(data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+                   batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+                   seed=sampler.seed)
+
+    def set_epoch(self, epoch: int) -> None:  # accelerate's DataLoaderShard calls it before every epoch
+        self.epoch = epoch
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1  # without set_epoch: consecutive epochs, as TRL's
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()

@@ -9,13 +9,15 @@ as the reference the trainer's ``eval_world/ce_env`` is checked against.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from .loss import masked_nll
 from .progress import progress
-from .tokenization import ENV_OUTPUT, WARNING, tokenize_with_roles
+from .roles import Role
+from .tokenization import tokenize_with_roles
 
 
 @torch.no_grad()
@@ -35,7 +37,8 @@ def trajectory_env_nll(model, tokenizer, row: dict[str, Any], *, max_length: int
     ids = torch.tensor([tokens.input_ids], dtype=torch.long, device=device or model.device)
     roles = torch.as_tensor(tokens.roles, dtype=torch.long)
     out = {"env_nll": 0.0, "env_tokens": 0, "warning_nll": 0.0, "warning_tokens": 0}
-    targets = ((roles == ENV_OUTPUT) | (roles == WARNING)).nonzero().flatten()
+    env_code, warning_code = Role.ENV_OUTPUT.code, Role.WARNING.code
+    targets = ((roles == env_code) | (roles == warning_code)).nonzero().flatten()
     targets = targets[targets > 0]  # the first token has no context to be predicted from
     if targets.numel() == 0:
         return out
@@ -45,7 +48,7 @@ def trajectory_env_nll(model, tokenizer, row: dict[str, Any], *, max_length: int
     logits = model(input_ids=ids, logits_to_keep=positions).logits[0].float()
     logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, targets.to(ids.device)].unsqueeze(-1)).squeeze(-1)
     nll = (-logps).cpu()
-    is_env = roles[targets] == ENV_OUTPUT
+    is_env = roles[targets] == env_code
     out["env_nll"], out["env_tokens"] = float(nll[is_env].sum()), int(is_env.sum())
     out["warning_nll"], out["warning_tokens"] = float(nll[~is_env].sum()), int((~is_env).sum())
     return out
@@ -88,3 +91,45 @@ def evaluate_world_model(model, tokenizer, rows: Iterable[dict[str, Any]], *, ma
         "ce_warning": ce(totals["warning_nll"], totals["warning_tokens"]),
         "tokens_warning": totals["warning_tokens"],
     }
+
+
+class HeldOutTotals:
+    """The trainer's ``eval_world/ce_env`` and ``eval_world/ce_warning``: token-weighted over a whole
+    evaluation (not a mean of batch means), each recorded trajectory counted once.
+
+    With several processes accelerate evens out the last eval batch by repeating rows from the start
+    of the eval set; their per-row sums are gathered with their row index and repeats are skipped.
+    Without an index (generated completions: every one is a new sample) the all-reduced sums are added.
+    """
+
+    def __init__(self) -> None:
+        self.totals = torch.zeros(4, dtype=torch.float64)  # env sum, env count, warning sum, warning count
+        self.seen: set[int] = set()  # row indices already in the totals
+
+    def reset(self) -> None:
+        self.totals.zero_()
+        self.seen.clear()
+
+    def add(self, index: torch.Tensor | None, logps: torch.Tensor, env_mask: torch.Tensor, warn_mask: torch.Tensor,
+            batch_totals: list[float], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Add one micro-batch; ``batch_totals`` are its all-reduced sums, ``gather`` accelerate's."""
+        if index is None:
+            self.totals += torch.tensor(batch_totals, dtype=torch.float64)
+            return
+        logps = logps.detach()
+        sums = torch.stack([masked_nll(logps, env_mask).sum(1), env_mask.sum(1).float(),
+                            masked_nll(logps, warn_mask).sum(1), warn_mask.sum(1).float()], 1)
+        for i, row in zip(gather(index).tolist(), gather(sums).tolist(), strict=True):
+            if i not in self.seen:
+                self.seen.add(i)
+                self.totals += torch.tensor(row, dtype=torch.float64)
+
+    def means(self) -> dict[str, float]:
+        """``{"world/ce_env": ..., "world/ce_warning": ...}`` for the kinds of tokens seen so far."""
+        e = self.totals
+        out = {}
+        if e[1] > 0:
+            out["world/ce_env"] = (e[0] / e[1]).item()
+        if e[3] > 0:
+            out["world/ce_warning"] = (e[2] / e[3]).item()
+        return out

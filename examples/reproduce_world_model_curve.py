@@ -11,7 +11,7 @@ settings except:
 * the sweep          lambda in {0, 0.005, 0.02, 0.05, 0.2} (0 and 0.05 are the runs above).
 
 Start model: a real model (``--model_name_or_path``) as given; by default a tiny random-init model after a
-short shared warm-up (``echo_trl.warmup``, ``--warmup_steps``): next-token training on the train split's
+short shared warm-up (``echo_trl.demo.warmup``, ``--warmup_steps``): next-token training on the train split's
 context + action tokens with every env output removed, standing in for pretraining. Without it, plain
 GRPO on action tokens would itself lower env CE by teaching a random-init model generic token statistics
 (measured: -14 % with lambda = 0 from random init, quick settings), which a pretrained model would not gain.
@@ -54,6 +54,8 @@ SWEEP = (0.0, 0.005, 0.02, 0.05, 0.2)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from echo_trl.demo.warmup import add_warmup_arguments
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer steps (about 8 CPU minutes)")
@@ -74,11 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="keep the 21 tool schemas in the prompt (~4.6k context tokens per episode); by default they "
                         "are dropped for the tiny-model CPU run (context only: no env-output or action token changes), "
                         "which cuts sequences to ~1.5k tokens. Always kept with --model_name_or_path.")
-    p.add_argument("--warmup_steps", type=int, default=40,
-                   help="tiny model only: shared warm-up before every run (stands in for pretraining): next-token "
-                        "training on the train split's context + action tokens with env outputs removed "
-                        "(echo_trl.warmup); cached next to the tiny model; 0 = start from random init")
-    p.add_argument("--warmup_learning_rate", type=float, default=3e-3)
+    add_warmup_arguments(p, before="every run (tiny model only)")
     p.add_argument("--collapse_tol", type=float, default=0.10)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0)
@@ -116,14 +114,10 @@ def model_source(args, train) -> tuple[str, bool, dict | None]:
     """The start model of every run: a real model as given, else the tiny model after the shared warm-up."""
     if args.model_name_or_path:
         return args.model_name_or_path, False, None
-    from echo_trl.tiny import ensure_tiny_model
-    from echo_trl.warmup import WarmupSettings, warm_up_tiny_model
+    from echo_trl.demo.tiny import corpus_of, ensure_tiny_model
+    from echo_trl.demo.warmup import WarmupSettings, warm_up_tiny_model
 
-    corpus = []
-    for row in train:  # the tokenizer sees training text only
-        corpus += [m["content"] or "" for m in row["prompt"] + row["completion"]]
-        corpus += [str(c["function"]["arguments"]) + c["function"]["name"] for m in row["completion"]
-                   for c in (m.get("tool_calls") or [])]
+    corpus = list(corpus_of(train))  # the tokenizer sees training text only
     path = ensure_tiny_model(Path(args.output_dir) / f"tiny-qwen3-h{args.hidden_size}", family="qwen3",
                              corpus=corpus, hidden_size=args.hidden_size)
     warm, record = warm_up_tiny_model(
@@ -138,7 +132,8 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
     """Teacher-forced CE (nats/token) of the recorded agent (action) tokens of ``rows``."""
     import torch
 
-    from echo_trl.tokenization import ACTION, tokenize_with_roles
+    from echo_trl.roles import Role
+    from echo_trl.tokenization import tokenize_with_roles
 
     was = model.training
     model.eval()
@@ -150,7 +145,7 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
                 if max_completion_length is not None:
                     tokens = tokens.truncate(tokens.prompt_length + max_completion_length)
                 ids = torch.tensor([tokens.input_ids], device=model.device)
-                targets = torch.as_tensor(tokens.roles == ACTION).nonzero().flatten()
+                targets = torch.as_tensor(tokens.roles == Role.ACTION.code).nonzero().flatten()
                 targets = targets[targets > 0]
                 if targets.numel() == 0:
                     continue

@@ -1,24 +1,15 @@
-"""Role-aware collation (offline) and the online tool-content mask, without a model."""
+"""Offline collation of recorded trajectories, without a model."""
 
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from conftest import tiny_tokenizer
 
-from echo_trl.collator import (
-    CollatorSettings,
-    collate_features,
-    group_advantages,
-    is_error_output,
-    rollout_quality,
-    tool_content_mask,
-    trajectory_features,
-)
+from echo_trl.collator import CollatorSettings, collate_features, trajectory_features
 from echo_trl.errors import DatasetSchemaError
 from echo_trl.roles import Trajectory, tool_call
 from echo_trl.tokenization import tokenize_with_roles
@@ -78,17 +69,6 @@ def test_filters_gate_only_the_world_term():
     assert trajectory_features(tok, t, CollatorSettings(min_correct_pct=50)).passes
 
 
-def test_rollout_quality():
-    t = traj(outputs=("ok", "Error: boom", "{\"error\": \"bad id\"}", "{'error': 'Tool x not found.'}"),
-             tools=("search", "add", "nope", "add"))
-    t.tools = t.tools[:2]  # "nope" is not offered
-    t.warnings[3] = ["format warning"]
-    q = rollout_quality(t.completion, t.tools, t.warnings)
-    assert q == {"valid_tool_call_pct": 75.0, "parse_clean_pct": 75.0, "correct_pct": 25.0}
-    assert rollout_quality([], []) == {"valid_tool_call_pct": 100.0, "parse_clean_pct": 100.0, "correct_pct": 100.0}
-    assert not is_error_output('{"error": null, "items": []}') and is_error_output("error: x")
-
-
 def test_behavior_logprobs_align_to_action_tokens_and_mismatch_is_an_error():
     tok = tiny_tokenizer("qwen3")
     n_action = sum(tokenize_with_roles(tok, traj()).action_mask)
@@ -123,72 +103,6 @@ def test_collate_pads_like_trl():
     ids = torch.cat([batch["prompt_ids"][1][batch["prompt_mask"][1].bool()],
                      batch["completion_ids"][1][batch["completion_mask"][1].bool()]])
     assert ids.tolist() == b.prompt_ids + b.completion_ids
-
-
-def test_group_advantages_follow_trl_formulas():
-    rewards = [1.0, 0.0, 0.5, 1.0, 0.3]
-    groups = ["a", "b", "a", "b", "c"]
-    adv = group_advantages(rewards, groups, "group")
-    # group a: mean .75, std(ddof=1) = .35355; group b: mean .5, std .70711; c alone: 0
-    assert adv == pytest.approx([0.25 / (0.353553 + 1e-4), -0.5 / (0.707107 + 1e-4), -0.25 / (0.353553 + 1e-4),
-                                 0.5 / (0.707107 + 1e-4), 0.0], rel=1e-5)
-    none = group_advantages(rewards, groups, "none")
-    assert none == pytest.approx([0.25, -0.5, -0.25, 0.5, 0.0])
-    batch = group_advantages(rewards, groups, "batch")
-    assert batch == pytest.approx(none / (np.std(rewards, ddof=1) + 1e-4))
-    assert group_advantages([1.0, 1.0], ["x", "x"], "group") == pytest.approx([0.0, 0.0])
-
-
-# --------------------------------------------------------------------------------------------
-# Online: content-only env mask inside TRL's tool_mask == 0 spans (TRL's own suffix builder)
-
-
-@pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
-def test_online_mask_is_the_tool_content_only(family):
-    from trl import GRPOTrainer
-    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
-
-    from echo_trl.trl_compat import render_tool_suffix
-
-    tok = tiny_tokenizer(family)
-    # what GRPOTrainer.__init__ sets up for tool training (a prefix-preserving training template if needed)
-    template = None if is_chat_template_prefix_preserving(tok) else get_training_chat_template(tok)
-    fake = SimpleNamespace(processing_class=tok, _tokenizer=tok, chat_template=template, chat_template_kwargs={},
-                           _is_vlm=False)
-    messages = [{"role": "assistant", "content": "", "tool_calls": [tool_call("search", {"q": "lamp"})]},
-                {"role": "tool", "name": "search", "content": "user assistant tool_response 42 lamps"},
-                {"role": "assistant", "content": "", "tool_calls": [tool_call("add", {"id": 4}),
-                                                                     tool_call("add", {"id": 5})]},
-                {"role": "tool", "name": "add", "content": "added 4"},
-                {"role": "tool", "name": "add", "content": "{'error': 'out of stock'}"},
-                {"role": "assistant", "content": "done"}]
-    ids, tmask = [], []
-    for chunk in ([11, 12, 13], None, [14, 15], None, [16]):  # model tokens, then TRL's tool suffix ids
-        if chunk is None:
-            group = [m for m in messages if m["role"] == "tool"]
-            group = group[:1] if not ids or len(tmask) < 6 else group[1:]
-            suffix = GRPOTrainer._get_tool_suffix_ids(fake, group)
-            ids += suffix
-            tmask += [0] * len(suffix)
-        else:
-            ids += chunk
-            tmask += [1] * len(chunk)
-    mask = tool_content_mask(tok, ids, tmask, messages, lambda msgs: render_tool_suffix(fake, msgs))
-    assert mask is not None
-    env_text = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
-    for content in ("user assistant tool_response 42 lamps", "added 4", "{'error': 'out of stock'}"):
-        assert content in env_text.replace('\\"', '"')
-    assert all(t == 0 for t, m in zip(tmask, mask, strict=True) if m)  # inside the spans only
-    # role headers, <tool_response> tags and the next generation prompt are not env output
-    outside = tok.decode([i for i, m, t in zip(ids, mask, tmask, strict=True) if not m and t == 0])
-    assert "lamps" not in outside and "added" not in outside and "stock" not in outside
-    assert len(outside) > 10
-
-
-def test_online_mask_refuses_misaligned_spans():
-    tok = tiny_tokenizer("qwen3")
-    messages = [{"role": "assistant", "content": ""}, {"role": "tool", "name": "t", "content": "abc"}]
-    assert tool_content_mask(tok, [1, 2, 3], [1, 1, 1], messages, lambda m: "") is None  # 1 group, 0 spans
 
 
 def test_real_captured_awm_episode(captured_episode):

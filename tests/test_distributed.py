@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from echo_trl.commands.train import synthetic_episodes, write_episodes
 from echo_trl.dataset import build_awm_dataset, load_echo_dataset, save_dataset
+from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -62,7 +62,7 @@ def _free_port() -> int:
 def assets(tmp_path_factory):
     """A tiny local model, an 8-trajectory dataset directory (build_awm_dataset + save_dataset) and a
     5-trajectory held-out one."""
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     root = tmp_path_factory.mktemp("ddp")
     episodes = write_episodes(synthetic_episodes(n_tasks=2, per_task=4, seed=1), root / "eps.jsonl")

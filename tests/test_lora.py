@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from echo_trl.cli import main as cli_main
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.tiny import build_tiny_model
+from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.trainer import EchoGRPOTrainer
 
 peft = pytest.importorskip("peft")

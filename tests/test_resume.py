@@ -225,27 +225,5 @@ def test_logging_window_split_by_the_checkpoint(runs):
                for k, w in full_weights.items())
 
 
-def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
-    """The offline sampler gives TRL's order in every epoch of an uninterrupted run, and a fresh sampler told
-    ``set_epoch(e)`` (what Trainer does on resume) gives epoch e's order, where TRL's replays epoch 0's."""
-    from trl.trainer.utils import RepeatSampler
-
-    from echo_trl.trainer import _ResumableRepeatSampler
-
-    def kw():
-        return dict(data_source=range(12), mini_repeat_count=1, batch_size=4, repeat_count=2, shuffle=True, seed=7)
-
-    trl = RepeatSampler(**kw())
-    trl_epochs = [list(trl) for _ in range(3)]
-    assert trl_epochs[0] != trl_epochs[1] != trl_epochs[2]
-    ours = _ResumableRepeatSampler(**kw())
-    assert [list(ours) for _ in range(3)] == trl_epochs  # without set_epoch: consecutive epochs, as TRL's
-    for e in (2, 0, 1):
-        fresh = _ResumableRepeatSampler(**kw())
-        fresh.set_epoch(e)
-        assert list(fresh) == trl_epochs[e]
-    assert list(RepeatSampler(**kw())) == trl_epochs[0]  # TRL's fresh sampler: epoch 0 whatever the epoch
-
-
 if __name__ == "__main__":
     _drive(*sys.argv[1:3])

@@ -1,4 +1,4 @@
-"""`echo-trl train`: TRL-style flags / YAML / PEFT, save_state + save_model, and the CPU demo."""
+"""`echo-trl train`: TRL-style flags / YAML / PEFT, save_state + save_model (the CPU demo: test_demo.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from echo_trl.cli import main as cli_main
 from echo_trl.commands import train as train_cmd
 from echo_trl.dataset import build_awm_dataset
+from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.errors import EchoTrlError
 from echo_trl.loading import resolve_checkpoint
 
@@ -18,10 +19,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     """A tiny model directory and train / held-out trajectory datasets (synthetic AWM-style episodes)."""
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     root = tmp_path_factory.mktemp("traincli")
-    episodes = train_cmd.write_episodes(train_cmd.synthetic_episodes(n_tasks=4, per_task=4), root / "eps.jsonl")
+    episodes = write_episodes(synthetic_episodes(n_tasks=4, per_task=4), root / "eps.jsonl")
     ds = build_awm_dataset([episodes])
     train = ds.filter(lambda r: r["task_idx"] != 3)
     held = ds.filter(lambda r: r["task_idx"] == 3)
@@ -92,59 +93,6 @@ def test_invalid_training_arguments_are_a_usage_error_without_traceback(assets, 
     assert rc == 2 and err.startswith("echo-trl train: error: invalid training arguments:")
     assert "generation_batch_size (3) must be divisible by num_generations (2)" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
-
-
-def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
-    seen = {}
-    monkeypatch.setattr(train_cmd, "run_demo", lambda args: seen.setdefault("args", args) and 0)
-    assert cli_main(["train"]) == 0
-    args = seen["args"]
-    assert args.world_model_coeff == 0.05 and args.output_dir == "outputs/echo-demo" and args.data_dir is None
-
-
-def test_demo_end_to_end_small(assets, tmp_path, capsys):
-    root, _, episodes = assets
-    out = tmp_path / "demo"
-    rc = cli_main(["train", "--demo", "--output_dir", str(out), "--data_dir", str(episodes), "--max_steps", "2",
-                   "--eval_steps", "1", "--model_cache_dir", str(tmp_path / "cache"),
-                       "--warmup_steps", "2"])
-    assert rc == 0
-    text = capsys.readouterr().out
-    assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
-    metrics = json.loads((out / "metrics.json").read_text())
-    runs = metrics["runs"]
-    echo, grpo = runs["ECHO (lambda=0.05)"], runs["GRPO (lambda=0)"]
-    assert [s for s, _ in echo["eval_curve"]] == [0, 1, 2]
-    assert echo["heldout_ce_env_before"] == pytest.approx(grpo["heldout_ce_env_before"])  # same start model
-    assert echo["eval_curve"][-1][1] == pytest.approx(echo["heldout_ce_env_after"], rel=1e-4)
-    assert (out / "env_ce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("echo", "grpo_baseline"):
-        assert (out / name / "model.safetensors").exists() and (out / name / "trainer_state.json").exists()
-    assert list((tmp_path / "cache").glob("tiny-qwen3-*/echo_trl_tiny.json"))
-    warm = list((tmp_path / "cache").glob("tiny-qwen3-*-warm-*/echo_trl_warmup.json"))
-    assert len(warm) == 1 and metrics["model"] == str(warm[0].parent)  # both runs start from the warmed model
-    assert metrics["warmup"]["settings"]["steps"] == 2 and "warm-up" in text
-
-
-def test_demo_split_follows_splits_json_and_tools_shrink_to_names(assets, tmp_path):
-    import json as _json
-
-    root, _, episodes = assets
-    ds = build_awm_dataset([episodes])
-    spec = tmp_path / "splits.json"
-    scenario, task = ds[0]["scenario"], ds[0]["task_idx"]
-    spec.write_text(_json.dumps({scenario: {"train": [], "held_out": [task]}}))
-    train, held = train_cmd._split(ds, spec)
-    assert set(held["group_id"]) == {f"{scenario}/{task}"} and len(train) + len(held) == len(ds)
-    train, held = train_cmd._split(ds, None)  # no spec: every 4th task group is held out
-    assert len(set(held["group_id"])) == 1 and not set(held["group_id"]) & set(train["group_id"])
-    full = {"type": "function", "function": {"name": "get_book", "description": "x" * 500,
-                                             "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}}
-    small = train_cmd._names_only_tools(ds.map(lambda r: {"tools": [_json.dumps(full)]}))
-    tool = _json.loads(small[0]["tools"][0])
-    assert tool["function"]["name"] == "get_book" and tool["function"]["description"] == ""
-
-
 def test_config_file_errors_are_one_line(assets, tmp_path, capsys):
     root, model, _ = assets
     assert cli_main(_flags(root, model, tmp_path / "o", "--config", str(tmp_path / "missing.yaml"))) == 2

@@ -13,9 +13,9 @@ from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call
-from echo_trl.tiny import build_tiny_model
 from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -292,6 +292,28 @@ def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
     assert short.evaluate()["eval_world/ce_env"] == pytest.approx(cut["ce_env"], rel=1e-5)
 
 
+@pytest.mark.parametrize("temperature, world_temperature", [(0.7, 0.7), (1.0, 0.5), (0.7, 0.5)])
+def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures(tmp_path, temperature,
+                                                                                  world_temperature):
+    """eval_world/ce_env is the paper's held-out CE (temperature 1), also when TRL samples at another temperature
+    and the world term trains at yet another; the training metric stays the CE the world term trains on."""
+    from echo_trl.world_eval import evaluate_world_model
+
+    held = trajectories_to_dataset([trajectory(10 + i, 0.5, f"h{i}", warning=(i == 0)) for i in range(3)])
+    trainer = make_trainer(tmp_path, eval_dataset=held, temperature=temperature,
+                           world_loss_temperature=world_temperature, world_loss_normalization="token",
+                           world_model_coeff=1.0, use_policy_loss=False)
+    ref = evaluate_world_model(trainer.model, tiny_tokenizer("qwen3"), held)
+    metrics = trainer.evaluate()
+    assert metrics["eval_world/ce_env"] == pytest.approx(ref["ce_env"], rel=1e-5)
+    assert metrics["eval_world/ce_warning"] == pytest.approx(ref["ce_warning"], rel=1e-5)
+    trainer.model.train()
+    inputs = batch(trainer)
+    trainer._compute_loss(trainer.model, inputs)
+    at_world_t = reference_world_loss(trainer.model, inputs, "token", temperature=world_temperature).item()
+    assert trainer._metrics["train"]["world/ce_env"][-1] == pytest.approx(at_world_t, rel=1e-5)
+
+
 def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     """Several processes: accelerate evens out the last eval batch of each with rows from the start of the
     eval set. A repeated row index (as gathered from such a batch) counts once, whatever the batch."""
@@ -313,7 +335,7 @@ def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     full = evaluate_world_model(trainer.model, tok, held)["ce_env"]
     for metrics in (trainer.evaluate(eval_dataset=held), trainer.evaluate()):
         assert metrics["eval_world/ce_env"] == pytest.approx(full, rel=1e-5)
-        assert trainer._echo_eval_seen == {0, 1, 2}
+        assert trainer._echo_eval.seen == {0, 1, 2}
 
 
 def test_training_logs_world_metrics_and_filter_counters(tmp_path):

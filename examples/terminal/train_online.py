@@ -64,7 +64,8 @@ def warm_start(model, tokenizer, train, steps: int, lr: float = 3e-3, seed: int 
     """Behaviour cloning on action tokens only (the world model is left untrained). Returns the last loss."""
     import torch
 
-    from echo_trl.tokenization import ACTION, tokenize_with_roles
+    from echo_trl.roles import Role
+    from echo_trl.tokenization import tokenize_with_roles
 
     torch.manual_seed(seed)
     seqs = []
@@ -72,7 +73,7 @@ def warm_start(model, tokenizer, train, steps: int, lr: float = 3e-3, seed: int 
         tok = tokenize_with_roles(tokenizer, t)
         ids = torch.tensor(tok.input_ids)
         labels = ids.clone()
-        labels[torch.as_tensor(tok.roles != ACTION)] = -100
+        labels[torch.as_tensor(tok.roles != Role.ACTION.code)] = -100
         seqs.append((ids, labels))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .tokenization import ACTION, CONTEXT, ENV_OUTPUT, WARNING, tokenize_batch
+from ..roles import Role
 
 #: Bumped whenever what the warm-up computes changes (invalidates cached checkpoints).
 WARMUP_VERSION = 1
@@ -42,18 +42,31 @@ class WarmupSettings:
     seed: int = 0
 
 
+def add_warmup_arguments(parser, *, before: str = "every run") -> None:
+    """``--warmup_steps`` / ``--warmup_learning_rate`` of a command that warms the tiny model up (the demo, the
+    curve script), with :class:`WarmupSettings`' meaning."""
+    parser.add_argument("--warmup_steps", type=int, default=40,
+                        help=f"shared warm-up of the random-init tiny model before {before} (stands in for "
+                             "pretraining): next-token training on the train split's context + action tokens, env "
+                             "outputs removed (echo_trl.demo.warmup); cached next to the tiny model; 0 = start from "
+                             "random init")
+    parser.add_argument("--warmup_learning_rate", type=float, default=3e-3)
+
+
 def warmup_examples(tokenizer, rows, max_completion_length: int | None = None) -> list[tuple[list[int], list[int]]]:
     """``(input_ids, labels)`` per trajectory: env-output and warning tokens are dropped from the sequence;
     labels are the token ids at context and action positions, ``-100`` elsewhere (HF convention, unshifted)."""
+    from ..tokenization import tokenize_batch
+
     examples = []
     for tok in tokenize_batch(tokenizer, list(rows)):
         ids, roles = np.asarray(tok.input_ids), np.asarray(tok.roles)
         if max_completion_length is not None:
             end = tok.prompt_length + max_completion_length
             ids, roles = ids[:end], roles[:end]
-        keep = ~np.isin(roles, (ENV_OUTPUT, WARNING))
+        keep = ~np.isin(roles, (Role.ENV_OUTPUT.code, Role.WARNING.code))
         ids, roles = ids[keep], roles[keep]
-        labels = np.where(np.isin(roles, (CONTEXT, ACTION)), ids, IGNORE)
+        labels = np.where(np.isin(roles, (Role.CONTEXT.code, Role.ACTION.code)), ids, IGNORE)
         examples.append((ids.tolist(), labels.tolist()))
     return examples
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from echo_trl.dataset import build_awm_dataset
-from echo_trl.tiny import ensure_tiny_model
-from echo_trl.warmup import WarmupSettings, warm_up_tiny_model, warmup_examples
+from echo_trl.demo.tiny import ensure_tiny_model
+from echo_trl.demo.warmup import WarmupSettings, warm_up_tiny_model, warmup_examples
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -69,7 +69,7 @@ def test_env_outputs_are_never_inputs_nor_targets(setup, monkeypatch):
 
 
 def test_cached_checkpoint_is_reused_and_keyed_by_settings(setup, monkeypatch):
-    from echo_trl import warmup
+    from echo_trl.demo import warmup
 
     ds, model = setup
     settings = WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=1)

@@ -1,0 +1,73 @@
+"""GRPO advantages of recorded trajectories, from their recorded rewards (offline mode).
+
+TRL computes advantages over the completions it just generated, grouped by position; recorded
+trajectories carry their group in ``group_id`` instead, so the advantages are computed once over
+the whole dataset and stored in a column the offline batches read.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import DatasetSchemaError
+
+#: Column holding each recorded trajectory's precomputed GRPO advantage.
+ADVANTAGE_COLUMN = "echo_advantage"
+
+
+def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], scale_rewards: str = "group") -> np.ndarray:
+    """GRPO advantages of recorded trajectories, grouped by ``group_id`` (not by position).
+
+    Same formulas as TRL 1.16's ``sum_then_normalize``: ``reward - group mean``, divided by
+    ``std + 1e-4`` where ``scale_rewards`` is ``"group"`` (Bessel-corrected std of the group) or
+    ``"batch"`` (std of all given rewards), not divided for ``"none"``. A group of one gets 0.
+    """
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    r = np.asarray(rewards, dtype=np.float64)
+    out = np.zeros_like(r)
+    groups: dict[str, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    batch_std = float(np.std(r, ddof=1)) if len(r) > 1 else 0.0
+    for idx in groups.values():
+        vals = r[idx]
+        if len(idx) < 2:
+            continue  # advantage 0: nothing to compare with (still trains the world term)
+        adv = vals - vals.mean()
+        if scale_rewards == "group":
+            adv = adv / (float(np.std(vals, ddof=1)) + 1e-4)
+        elif scale_rewards == "batch":
+            adv = adv / (batch_std + 1e-4)
+        out[idx] = adv
+    return out
+
+
+def with_advantages(ds, scale_rewards: str, name: str):
+    """``ds`` (a trajectory ``Dataset``) with :data:`ADVANTAGE_COLUMN` (recomputed if present).
+
+    Groups come from ``group_id``, else ``scenario/task_idx``, else every row alone. Without a
+    ``reward`` column every advantage is 0 (a warning says so: only the world term trains).
+    """
+    if ADVANTAGE_COLUMN in ds.column_names:
+        ds = ds.remove_columns(ADVANTAGE_COLUMN)
+    if "reward" not in ds.column_names:
+        warnings.warn(f"{name} has no 'reward' column: every advantage is 0, only the world term trains",
+                      UserWarning, stacklevel=3)
+        adv = np.zeros(len(ds))
+    else:
+        rewards = list(ds["reward"])
+        if any(r is None or not math.isfinite(r) for r in rewards):
+            raise DatasetSchemaError(f"{name}: every trajectory needs a finite 'reward'")
+        if "group_id" in ds.column_names:
+            groups = list(ds["group_id"])
+        elif {"scenario", "task_idx"} <= set(ds.column_names):
+            groups = [f"{s}/{t}" for s, t in zip(ds["scenario"], ds["task_idx"], strict=True)]
+        else:
+            groups = [str(i) for i in range(len(ds))]
+        adv = group_advantages(rewards, groups, scale_rewards)
+    return ds.add_column(ADVANTAGE_COLUMN, adv.tolist())

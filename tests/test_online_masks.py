@@ -1,0 +1,59 @@
+"""Online masks: the tool-output content inside TRL's tool_mask == 0 spans, without a model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import tiny_tokenizer
+
+from echo_trl.online_masks import tool_content_mask
+from echo_trl.roles import tool_call
+
+
+@pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
+def test_online_mask_is_the_tool_content_only(family):
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    from echo_trl.trl_compat import render_tool_suffix
+
+    tok = tiny_tokenizer(family)
+    # what GRPOTrainer.__init__ sets up for tool training (a prefix-preserving training template if needed)
+    template = None if is_chat_template_prefix_preserving(tok) else get_training_chat_template(tok)
+    fake = SimpleNamespace(processing_class=tok, _tokenizer=tok, chat_template=template, chat_template_kwargs={},
+                           _is_vlm=False)
+    messages = [{"role": "assistant", "content": "", "tool_calls": [tool_call("search", {"q": "lamp"})]},
+                {"role": "tool", "name": "search", "content": "user assistant tool_response 42 lamps"},
+                {"role": "assistant", "content": "", "tool_calls": [tool_call("add", {"id": 4}),
+                                                                     tool_call("add", {"id": 5})]},
+                {"role": "tool", "name": "add", "content": "added 4"},
+                {"role": "tool", "name": "add", "content": "{'error': 'out of stock'}"},
+                {"role": "assistant", "content": "done"}]
+    ids, tmask = [], []
+    for chunk in ([11, 12, 13], None, [14, 15], None, [16]):  # model tokens, then TRL's tool suffix ids
+        if chunk is None:
+            group = [m for m in messages if m["role"] == "tool"]
+            group = group[:1] if not ids or len(tmask) < 6 else group[1:]
+            suffix = GRPOTrainer._get_tool_suffix_ids(fake, group)
+            ids += suffix
+            tmask += [0] * len(suffix)
+        else:
+            ids += chunk
+            tmask += [1] * len(chunk)
+    mask = tool_content_mask(tok, ids, tmask, messages, lambda msgs: render_tool_suffix(fake, msgs))
+    assert mask is not None
+    env_text = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    for content in ("user assistant tool_response 42 lamps", "added 4", "{'error': 'out of stock'}"):
+        assert content in env_text.replace('\\"', '"')
+    assert all(t == 0 for t, m in zip(tmask, mask, strict=True) if m)  # inside the spans only
+    # role headers, <tool_response> tags and the next generation prompt are not env output
+    outside = tok.decode([i for i, m, t in zip(ids, mask, tmask, strict=True) if not m and t == 0])
+    assert "lamps" not in outside and "added" not in outside and "stock" not in outside
+    assert len(outside) > 10
+
+
+def test_online_mask_refuses_misaligned_spans():
+    tok = tiny_tokenizer("qwen3")
+    messages = [{"role": "assistant", "content": ""}, {"role": "tool", "name": "t", "content": "abc"}]
+    assert tool_content_mask(tok, [1, 2, 3], [1, 1, 1], messages, lambda m: "") is None  # 1 group, 0 spans

@@ -1,0 +1,165 @@
+"""The TRL internals ``echo_trl.trl_compat`` relies on still exist, with the shapes it expects.
+
+Each test names what moved when it fails: run this file first after upgrading TRL.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+import trl
+from conftest import tiny_tokenizer
+from test_trainer import _prompt_dataset, _rollout, batch, make_trainer, tiny_model
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from echo_trl import trl_compat
+from echo_trl.config import EchoGRPOConfig
+from echo_trl.trainer import EchoGRPOTrainer
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+#: Private GRPOTrainer methods ECHO overrides or calls, with the leading parameters it passes or expects.
+HOOKS = {
+    "_generate": ["self", "prompts"],
+    "_generate_and_score_completions": ["self", "inputs"],
+    "_compute_loss": ["self", "model", "inputs"],
+    "_get_per_token_logps_and_entropies": ["self", "model", "input_ids", "attention_mask", "logits_to_keep",
+                                           "batch_size", "compute_entropy", "compute_aux_loss",
+                                           *trl_compat.FORWARD_KWARGS],
+    "_get_train_sampler": ["self", "dataset"],
+    "_get_eval_sampler": ["self", "eval_dataset"],
+    "_set_signature_columns_if_needed": ["self"],
+    "_save_rng_state": ["self", "output_dir"],
+    "_load_rng_state": ["self", "checkpoint"],
+    "_get_tool_suffix_ids": ["self", "tool_messages"],
+}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def test_installed_trl_is_in_the_range_this_module_is_written_for():
+    low, high = trl_compat.TRL_VERSION_RANGE
+    assert _version(low) <= _version(trl.__version__) < _version(high), (
+        f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/trl_compat.py")
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("trl"))
+    assert _version(pin.split(">=")[1]) == _version(low) and _version(pin.split("<")[1]) == _version(high), pin
+
+
+@pytest.mark.parametrize("name", list(HOOKS))
+def test_private_hooks_keep_their_signatures(name):
+    assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone"
+    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+    assert params[:len(HOOKS[name])] == HOOKS[name], f"GRPOTrainer.{name}{params} moved"
+
+
+def test_private_attributes_exist_with_the_expected_shapes(tmp_path):
+    trainer = make_trainer(tmp_path)
+    tok = tiny_tokenizer("qwen3")
+    assert trl_compat.tokenizer(trainer).pad_token_id == tok.pad_token_id
+    assert trl_compat.is_vlm(trainer) is False
+    metrics = trl_compat.metrics(trainer, "train")
+    metrics["probe"].append(1.0)  # a defaultdict(list) per mode
+    assert trainer._metrics["train"]["probe"] == [1.0] and trl_compat.metrics(trainer, "eval") == {}
+    assert trainer._step == 0 and trainer._buffered_inputs is None
+    trainer._set_signature_columns_if_needed()
+    assert {"completion", "reward", "echo_eval_index"} <= set(trainer._signature_columns)
+
+
+def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
+    """A rollout_func with known ids and an extra field: TRL's ``_generate`` passes them through in the
+    positions ``generated_rollouts`` reads."""
+    tok = tiny_tokenizer("qwen3")
+    trainer = EchoGRPOTrainer(
+        tiny_model(), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=1,
+                            use_cpu=True, bf16=False, report_to="none", max_completion_length=64, disable_tqdm=True),
+        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=_rollout(tok))
+    expected = _rollout(tok)([None, None], trainer)
+    result = GRPOTrainer._generate(trainer, [row["prompt"] for row in _prompt_dataset()])
+    assert isinstance(result, tuple) and len(result) == 8
+    got = trl_compat.generated_rollouts(result)
+    assert [list(ids) for ids in got.completion_ids] == expected["completion_ids"]
+    assert [list(m) for m in got.tool_mask] == expected["env_mask"]
+    assert [list(m) for m in got.extra_fields["env_output_mask"]] == expected["env_output_mask"]
+    assert len(got.completions) == 2
+
+
+def test_compute_loss_runs_one_capturable_forward(tmp_path):
+    """TRL's ``_compute_loss`` computes its log-probs with exactly one ``_get_per_token_logps_and_entropies``
+    call; the capture records it and fills NaN old log-probs in before TRL reads them."""
+    trainer = make_trainer(tmp_path)
+    inputs = batch(trainer)
+    calls = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    inputs = dict(inputs, old_per_token_logps=torch.full(inputs["completion_ids"].shape, math.nan))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+        with trl_compat.capture_loss_forward(trainer, inputs) as forward:
+            loss = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+    assert calls == [1] and torch.isfinite(loss)
+    assert "_get_per_token_logps_and_entropies" not in vars(trainer)  # the capture is gone after the block
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+        ref = trl_compat.policy_logps(trainer, trainer.model, ids, attn, inputs["completion_ids"].size(1))
+    torch.testing.assert_close(forward.logps.detach(), ref)
+    torch.testing.assert_close(inputs["old_per_token_logps"], ref)  # on-policy: ratio 1
+
+
+def test_generation_buffer_round_trips_through_a_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path, per_device_train_batch_size=2, steps_per_generation=2)
+    trainer._step, trainer._buffered_inputs = 3, [{"x": torch.arange(3)}]
+    trl_compat.save_generation_buffer(trainer, str(tmp_path))
+    trainer._step, trainer._buffered_inputs = 0, None
+    trl_compat.load_generation_buffer(trainer, str(tmp_path))
+    assert trainer._step == 3 and torch.equal(trainer._buffered_inputs[0]["x"], torch.arange(3))
+
+
+def test_repeat_sampler_fields_the_resumable_sampler_copies():
+    trl_sampler = RepeatSampler(data_source=range(6), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=1)
+    ours = trl_compat.ResumableRepeatSampler.like(trl_sampler)
+    assert type(ours) is trl_compat.ResumableRepeatSampler
+    for field in ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed", "num_samples"):
+        assert getattr(ours, field) == getattr(trl_sampler, field), field
+    assert isinstance(trl_sampler.generator, torch.Generator)
+    assert list(ours) == list(RepeatSampler(data_source=range(6), mini_repeat_count=2, batch_size=3,
+                                            repeat_count=2, seed=1))
+
+
+def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
+    """The offline sampler gives TRL's order in every epoch of an uninterrupted run, and a fresh sampler told
+    ``set_epoch(e)`` (what Trainer does on resume) gives epoch e's order, where TRL's replays epoch 0's."""
+    from trl.trainer.utils import RepeatSampler
+
+    from echo_trl.trl_compat import ResumableRepeatSampler
+
+    def kw():
+        return dict(data_source=range(12), mini_repeat_count=1, batch_size=4, repeat_count=2, shuffle=True, seed=7)
+
+    trl = RepeatSampler(**kw())
+    trl_epochs = [list(trl) for _ in range(3)]
+    assert trl_epochs[0] != trl_epochs[1] != trl_epochs[2]
+    ours = ResumableRepeatSampler(**kw())
+    assert [list(ours) for _ in range(3)] == trl_epochs  # without set_epoch: consecutive epochs, as TRL's
+    for e in (2, 0, 1):
+        fresh = ResumableRepeatSampler(**kw())
+        fresh.set_epoch(e)
+        assert list(fresh) == trl_epochs[e]
+    assert list(RepeatSampler(**kw())) == trl_epochs[0]  # TRL's fresh sampler: epoch 0 whatever the epoch
+
+
