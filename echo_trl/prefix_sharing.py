@@ -112,9 +112,15 @@ def enable_prefix_tree_attention(model) -> None:
 
     AttentionInterface.register(TREE_ATTENTION, tree_attention)
     AttentionMaskInterface.register(TREE_ATTENTION, _tree_mask)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrap(model)
     if base.config._attn_implementation != TREE_ATTENTION:
         base.set_attn_implementation(TREE_ATTENTION)
+
+
+def _unwrap(model):
+    """The ``transformers`` model inside DDP (``.module``) and PEFT (``get_base_model``) wrappers."""
+    model = getattr(model, "module", model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 @dataclass
@@ -125,6 +131,7 @@ class SharedLogps:
     entropies: torch.Tensor | None  # same layout, when asked for
     forwarded_tokens: int  # unique tokens in the packed forward
     total_tokens: int  # tokens of the rows without padding (what an unshared padding-free forward processes)
+    index: torch.Tensor  # (rows, logits_to_keep): packed position whose output scores each column (num_tokens: none)
 
 
 def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *,
@@ -136,10 +143,10 @@ def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     layout (zeros where ``attention_mask`` is 0), same numbers up to float rounding, same gradients;
     every token shared by several rows forwarded once. ``fused_lm_head``: the model carries TRL's
     fused head (its temperature applies, as in ``GRPOTrainer``); else ``temperature`` divides the logits.
-    Call :func:`enable_prefix_tree_attention` on the model first.
+    Call :func:`enable_prefix_tree_attention` on the model first. ``model`` may be wrapped (DDP, PEFT):
+    it is called as given, once, so the wrapper's hooks run as for any forward.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if base.config._attn_implementation != TREE_ATTENTION:
+    if _unwrap(model).config._attn_implementation != TREE_ATTENTION:
         raise ValueError("the model does not use prefix-tree attention: call enable_prefix_tree_attention(model) "
                          "once before shared_logps")
     ids, pos, scored = rows_from_padded(input_ids.detach().cpu().numpy(), attention_mask.detach().cpu().numpy(),
@@ -163,7 +170,8 @@ def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
             per_pos, ent = _selective_log_softmax(logits, labels[0], compute_entropy)
     rows_index = torch.as_tensor(index, device=device)
     pick = lambda x: torch.cat([x, x.new_zeros(1)])[rows_index]  # noqa: E731  (slot n: no scored token)
-    return SharedLogps(pick(per_pos), pick(ent) if compute_entropy else None, tree.num_tokens, tree.total_tokens)
+    return SharedLogps(pick(per_pos), pick(ent) if compute_entropy else None, tree.num_tokens, tree.total_tokens,
+                       rows_index)
 
 
 @contextlib.contextmanager

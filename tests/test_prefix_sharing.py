@@ -126,6 +126,28 @@ def test_sharing_forwards_each_shared_token_once():
     total = sum(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
     assert r.total_tokens == total
     assert r.forwarded_tokens == total - 3 * (len(prompts[0]) - 1)
+    assert (r.index[mask[:, -k:] == 0] == r.forwarded_tokens).all()  # padding reads the zero slot
+    assert (r.index[mask[:, -k:] == 1] < r.forwarded_tokens).all()
+
+
+def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
+    """One process of DDP (gloo): the wrapper is called once, as for any forward, and its gradients are exact."""
+    import torch.distributed as dist
+
+    model = _model("qwen2_5")
+    enable_prefix_tree_attention(model)
+    ids, mask, k = _batch(*_shapes()["groups_share_preamble"])
+    (_, _, _, g0), _ = _both(model, ids, mask, k, _weighted(k, 4))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        enable_prefix_tree_attention(ddp)  # unwraps; already on
+        ddp.zero_grad(set_to_none=True)
+        _weighted(k, 4)(shared_logps(ddp, ids, mask, k).logps).backward()
+        _assert_grads_equal({n.removeprefix("module."): p.grad for n, p in ddp.named_parameters()
+                             if p.grad is not None}, g0)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_world_loss_and_grpo_loss_from_shared_logps_match():
