@@ -26,7 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_malloc_env, measure_call, median, memory_method, parser, report, setup  # noqa: E402
+from common import (  # noqa: E402
+    bundled_dataset,
+    corpus_of,
+    ensure_malloc_env,
+    measure_call,
+    median,
+    memory_method,
+    parser,
+    report,
+    setup,
+)
 
 GOAL_SPEEDUP, GOAL_MEMORY, GOAL_AT = 2.5, 0.5, (8, 8192)
 TASK_TOKENS, ACTION_SPAN, ENV_SPAN = 150, 30, 70  # completions alternate 30 action / 70 env tokens
@@ -125,6 +135,32 @@ def ratio(res: dict, a: str, b: str, metric: str) -> float | None:
     return round(median([x / y for x, y in zip(res[a][metric], res[b][metric], strict=True)]), 3)
 
 
+def awm_sharing(batch_sizes: list[int], seed: int = 0) -> dict:
+    """Tokens per forwarded token on the bundled AWM episodes (``data/episodes``: ``library_1``, full tool
+    schemas), micro-batches cut from the grouped epoch order vs a uniformly shuffled one."""
+    import numpy as np
+
+    from echo_trl.collator import CollatorSettings, trajectory_features
+    from echo_trl.prefix_order import prefix_grouped_order
+    from echo_trl.prefix_tree import build_prefix_tree
+    from echo_trl.tiny import build_tiny_tokenizer
+
+    ds = bundled_dataset(compact_tools=False)
+    tok = build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=4096)
+    feats = [trajectory_features(tok, row, CollatorSettings()) for row in ds]
+    rows = [f.prompt_ids + f.completion_ids for f in feats]
+    orders = {"grouped": prefix_grouped_order(ds["group_id"], ds["scenario"], seed=seed, epoch=0),
+              "shuffled": np.random.default_rng(seed).permutation(len(ds)).tolist()}
+    out = {"episodes": len(ds), "groups": len(set(ds["group_id"])),
+           "mean_prompt_tokens": round(float(np.mean([len(f.prompt_ids) for f in feats]))),
+           "mean_completion_tokens": round(float(np.mean([len(f.completion_ids) for f in feats])))}
+    for b in batch_sizes:
+        for name, order in orders.items():
+            trees = [build_prefix_tree([rows[j] for j in order[i:i + b]]) for i in range(0, len(order) - b + 1, b)]
+            out[f"{name}_b{b}"] = round(sum(t.total_tokens for t in trees) / sum(t.num_tokens for t in trees), 2)
+    return out
+
+
 def mem_available_mb() -> float:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -188,9 +224,10 @@ def run(args) -> dict:
                          *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "packed", "shared")),
                          str(out["memory_ratio_vs_unshared"]), f"{diff:.1e}"))
             del batch, ids, mask, firsts
+    awm = awm_sharing([4, 8, 16])
     goal = per_shape.get(f"G{GOAL_AT[0]}_P{GOAL_AT[1]}", {})
     result = {
-        "benchmark": "prefix_sharing", "quick": quick, "per_shape": per_shape,
+        "benchmark": "prefix_sharing", "quick": quick, "per_shape": per_shape, "awm_tokens_per_forwarded_token": awm,
         "speedup_at_goal_shape": goal.get("speedup_vs_unshared"), "memory_ratio_at_goal_shape":
             goal.get("memory_ratio_vs_unshared"), "goal": {"shape": f"G={GOAL_AT[0]}, preamble={GOAL_AT[1]}",
                                                            "speedup": GOAL_SPEEDUP, "memory_ratio": GOAL_MEMORY},
@@ -202,6 +239,9 @@ def run(args) -> dict:
     print(f"forward+backward of one group's micro-batch ({result['model']}; completions {lo}-{hi} tokens; "
           f"median of {repeats}, alternating order)")
     print(f"memory: {result['memory_method']}")
+    print(f"bundled AWM episodes ({awm['episodes']} episodes, {awm['groups']} groups, prompt ~{awm['mean_prompt_tokens']} "
+          f"/ completion ~{awm['mean_completion_tokens']} tokens), tokens per forwarded token, micro-batch 4/8/16: "
+          + ", ".join(f"{n} " + "/".join(str(awm[f"{n}_b{b}"]) for b in (4, 8, 16)) for n in ("grouped", "shuffled")))
     report(rows, ("G", "preamble", "row tok", "fwd tok", "unshared s", "packed s", "shared s", "vs unsh",
                   "vs packed", "unsh MiB", "packed MiB", "shared MiB", "mem ratio", "max|dlogp|"), result, args)
     return result
