@@ -13,7 +13,12 @@ from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
 from trl.trainer.utils import add_fused_lm_head
 
 from echo_trl.loss import world_loss
-from echo_trl.prefix_sharing import TREE_ATTENTION, enable_prefix_tree_attention, shared_logps
+from echo_trl.prefix_sharing import (
+    MIN_SHARED_TOKENS,
+    TREE_ATTENTION,
+    enable_prefix_tree_attention,
+    shared_logps,
+)
 from echo_trl.tiny import build_tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -87,7 +92,7 @@ def _both(model, ids, mask, k, loss_fn, **kw):
     for shared in (False, True):
         model.zero_grad(set_to_none=True)
         if shared:
-            r = shared_logps(model, ids, mask, k, compute_entropy=True, **kw)
+            r = shared_logps(model, ids, mask, k, compute_entropy=True, **{"min_shared_tokens": 1, **kw})
             lp, ent = r.logps, r.entropies
         else:
             lp, ent = _unshared(model, ids, mask, k)
@@ -122,12 +127,25 @@ def test_sharing_forwards_each_shared_token_once():
     model = _model()
     enable_prefix_tree_attention(model)
     ids, mask, k = _batch(prompts, completions)
-    r = shared_logps(model, ids, mask, k)
+    r = shared_logps(model, ids, mask, k, min_shared_tokens=1)
     total = sum(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
     assert r.total_tokens == total
     assert r.forwarded_tokens == total - 3 * (len(prompts[0]) - 1)
     assert (r.index[mask[:, -k:] == 0] == r.forwarded_tokens).all()  # padding reads the zero slot
     assert (r.index[mask[:, -k:] == 1] < r.forwarded_tokens).all()
+
+
+def test_default_leaves_short_common_prefixes_unshared():
+    """By default a prompt shorter than MIN_SHARED_TOKENS is forwarded per row: padding-free packing, same numbers."""
+    prompts, completions = _shapes()["groups_share_preamble"]
+    assert max(map(len, prompts)) < MIN_SHARED_TOKENS
+    model = _model()
+    enable_prefix_tree_attention(model)
+    ids, mask, k = _batch(prompts, completions)
+    r = shared_logps(model, ids, mask, k)
+    assert r.forwarded_tokens == r.total_tokens == int(mask.sum())
+    with torch.no_grad():
+        torch.testing.assert_close(r.logps.detach(), _unshared(model, ids, mask, k)[0], rtol=0, atol=1e-5)
 
 
 def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
@@ -143,7 +161,7 @@ def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         enable_prefix_tree_attention(ddp)  # unwraps; already on
         ddp.zero_grad(set_to_none=True)
-        _weighted(k, 4)(shared_logps(ddp, ids, mask, k).logps).backward()
+        _weighted(k, 4)(shared_logps(ddp, ids, mask, k, min_shared_tokens=1).logps).backward()
         _assert_grads_equal({n.removeprefix("module."): p.grad for n, p in ddp.named_parameters()
                              if p.grad is not None}, g0)
     finally:
@@ -182,7 +200,8 @@ def test_plain_model_without_fused_head_uses_log_softmax_at_temperature():
     logits = model(input_ids=ids, attention_mask=mask).logits[:, -k - 1:-1].float() / TEMPERATURE
     want = torch.log_softmax(logits, -1).gather(-1, ids[:, -k:, None])[..., 0] * mask[:, -k:]
     enable_prefix_tree_attention(model)
-    got = shared_logps(model, ids, mask, k, fused_lm_head=False, temperature=TEMPERATURE)
+    got = shared_logps(model, ids, mask, k, fused_lm_head=False, temperature=TEMPERATURE,
+                       min_shared_tokens=1)
     torch.testing.assert_close(got.logps, want, rtol=0, atol=1e-5)
 
 
@@ -236,6 +255,19 @@ def test_no_grad_reference_logps():
     ids, mask, k = _batch(*_shapes()["groups_share_preamble"])
     with torch.no_grad():
         want, _ = _unshared(model, ids, mask, k)
-        got = shared_logps(model, ids, mask, k)
+        got = shared_logps(model, ids, mask, k, min_shared_tokens=1)
     assert not got.logps.requires_grad
     torch.testing.assert_close(got.logps, want, rtol=0, atol=1e-5)
+
+
+def test_children_split_into_query_blocks(monkeypatch):
+    """Long children attend block by block (each block up to its own last key); tiny blocks force many."""
+    import echo_trl.prefix_sharing as ps
+
+    monkeypatch.setattr(ps, "QUERY_BLOCK", 4)
+    model = _model("llama3_1")
+    enable_prefix_tree_attention(model)
+    ids, mask, k = _batch(*_shapes()["completions_share_a_start"])
+    (lp0, _, _, g0), (lp1, _, _, g1) = _both(model, ids, mask, k, _weighted(k, 5))
+    torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-5)
+    _assert_grads_equal(g1, g0)
