@@ -45,7 +45,7 @@ MIN_SHARED_TOKENS = 64
 
 #: Query block of a child segment: each block attends only up to its own last key, so the masked
 #: attention skips the causal upper triangle block-wise (as ``is_causal`` does for a root) and its
-#: boolean masks hold about half the query-key pairs.
+#: masks hold about half the query-key pairs.
 QUERY_BLOCK = 512
 
 
