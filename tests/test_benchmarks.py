@@ -81,3 +81,19 @@ def test_scaling(capsys):
     for key in ("time_exponent", "memory_exponent", "grpo_time_exponent"):
         assert math.isfinite(out[key])
     assert all(positive_finite(x) for x in out["echo_over_grpo_time_ratios"])
+
+
+def test_prefix_sharing():
+    """In a subprocess (pinned glibc mmap threshold, as vs_full_logits): tiny shapes, every key, exact log-probs."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(BENCH / "prefix_sharing.py"), "--quick", "--json", "--groups", "3",
+                           "--preambles", "96", "--completion_range", "8", "24", "--hidden_size", "32",
+                           "--num_layers", "1", "--vocab_size", "256", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    r = out["per_shape"]["G3_P96"]
+    assert out["benchmark"] == "prefix_sharing" and set(r["seconds"]) == {"unshared", "packed", "shared"}
+    assert positive_finite(r["speedup_vs_unshared"]) and positive_finite(r["speedup_vs_packed"])
+    assert r["forwarded_tokens_shared"] < r["row_tokens"] <= r["padded_tokens"]
+    assert r["max_abs_logp_diff"] < 1e-5  # all three variants compute the same log-probs
