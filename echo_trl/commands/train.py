@@ -163,6 +163,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     if final:
         trainer.accelerator.print(f"held-out env CE: {final[-1]['eval_world/ce_env']:.4f} nats/token")
     trainer.accelerator.print(f"model and trainer_state.json saved to {training_args.output_dir}")
+    trainer.accelerator.end_training()  # every process leaves the process group before exiting
     return 0
 
 
