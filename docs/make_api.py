@@ -21,12 +21,14 @@ OUT = Path(__file__).resolve().parent / "api.md"
 
 #: (module, names) documented besides ``echo_trl.__all__``; each listed by name.
 EXTRA = [
-    ("echo_trl.dataset", ["save_dataset", "dataset_card", "trajectories_to_dataset", "validate_dataset"]),
     ("echo_trl.awm_agent", ["list_tools_reply", "meta_tool_schemas", "parse_tool_calls", "parse_call_tool_arguments",
                             "next_action", "action_for_call", "robust_json_loads", "to_awm_agent_trajectory"]),
     ("echo_trl.conversations", ["conversation_to_trajectory"]),
     ("echo_trl.dataset", ["save_dataset", "trajectories_to_dataset", "validate_dataset"]),
-    ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
+    ("echo_trl.outputs", ["check_output_dir", "atomic_output_dir", "output_lock"]),
+    ("echo_trl.token_cache", ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]),
+    ("echo_trl.prefix_sharing", ["enable_prefix_tree_attention", "shared_logps"]),
+    ("echo_trl.prefix_order", ["prefix_grouped_order"]),
     ("echo_trl.cards", ["echo_card_section", "add_echo_section", "final_metrics", "dataset_card"]),
     ("echo_trl.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
     ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset",
