@@ -25,6 +25,7 @@ EXTRA = [
                             "next_action", "action_for_call", "robust_json_loads", "to_awm_agent_trajectory"]),
     ("echo_trl.conversations", ["conversation_to_trajectory"]),
     ("echo_trl.dataset", ["save_dataset", "trajectories_to_dataset", "validate_dataset"]),
+    ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
     ("echo_trl.outputs", ["check_output_dir", "atomic_output_dir", "output_lock"]),
     ("echo_trl.token_cache", ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]),
     ("echo_trl.prefix_sharing", ["enable_prefix_tree_attention", "shared_logps"]),
