@@ -20,7 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import echo_trainer, ensure_malloc_env, fit_exponent, parser, report, setup  # noqa: E402
+from common import (  # noqa: E402
+    _status_mb,
+    echo_trainer,
+    ensure_malloc_env,
+    fit_exponent,
+    measure_call,
+    parser,
+    report,
+    setup,
+)
 
 from echo_trl.roles import Trajectory, tool_call  # noqa: E402
 
@@ -46,6 +55,7 @@ def stats_times(steps: list[int]) -> list[dict]:
     from echo_trl.stats import token_stats
 
     tok = build_tiny_tokenizer("qwen3")
+    token_stats(tok, trajectories_to_dataset([synthetic_episode(10)]), show_progress=False)  # template facts, once
     out = []
     for n in steps:
         t = synthetic_episode(n)
@@ -61,8 +71,6 @@ def stats_times(steps: list[int]) -> list[dict]:
 
 def train_child(tokens: int, checkpointing: bool) -> dict:
     """Run in a fresh process: 2 offline steps on a group of two ~``tokens``-token trajectories."""
-    import resource
-
     from echo_trl.dataset import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
     from echo_trl.tokenization import tokenize_with_roles
@@ -78,13 +86,11 @@ def train_child(tokens: int, checkpointing: bool) -> dict:
     with tempfile.TemporaryDirectory() as out:
         trainer = echo_trainer(model, tok, ds, out, per_device_train_batch_size=1, gradient_accumulation_steps=2,
                                max_steps=2, gradient_checkpointing=checkpointing)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        t0 = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        setup_peak = _status_mb("VmHWM")  # model, dataset, trainer (this process's own: it was exec'ed fresh)
+        seconds, delta = measure_call(trainer.train)  # resets the high-water mark first
     return {"tokens": n_tokens, "gradient_checkpointing": checkpointing, "train_2_steps_s": seconds,
-            "peak_rss_mb": peak, "peak_rss_before_train_mb": before,
+            "peak_rss_mb": _status_mb("VmHWM"), "train_peak_above_start_mb": delta,
+            "setup_peak_rss_mb": setup_peak,
             "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
 
 
@@ -127,8 +133,9 @@ def main(argv=None) -> dict:
                 print(f"train gradient_checkpointing={r['gradient_checkpointing']}: FAILED {r['error'][-300:]}")
             else:
                 print(f"train {r['tokens']} tokens, gradient_checkpointing={r['gradient_checkpointing']}: "
-                      f"2 steps {r['train_2_steps_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MiB "
-                      f"({r['peak_rss_before_train_mb']:.0f} MiB before training)")
+                      f"2 steps {r['train_2_steps_s']:.1f} s, peak RSS during training {r['peak_rss_mb']:.0f} MiB "
+                      f"({r['train_peak_above_start_mb']:.0f} MiB above its start; "
+                      f"{r['setup_peak_rss_mb']:.0f} MiB peak while setting up)")
     report([], ("",), results, args)
     return results
 
