@@ -20,7 +20,9 @@ Roles come from character spans in the rendered text:
 from __future__ import annotations
 
 import json
+import re
 import secrets
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,10 +146,37 @@ def _escaped(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)[1:-1]
 
 
-def _find_end(text: str, start: int, markers: tuple[str, ...]) -> int:
+class Occurrences:
+    """``text.find(needle, start)`` in O(log n) per call: every occurrence of a needle (overlapping ones
+    included) is listed once, on first use. Searching the whole rest of a long text for a marker that
+    does not occur again, once per message, made layouts quadratic in episode length."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self._at: dict[str, list[int]] = {}
+
+    def all(self, needle: str) -> list[int]:
+        """Start of every occurrence of ``needle`` in the text, ascending."""
+        at = self._at.get(needle)
+        if at is None:
+            at, i = [], self.text.find(needle)
+            while i != -1:
+                at.append(i)
+                i = self.text.find(needle, i + 1)
+            self._at[needle] = at
+        return at
+
+    def find(self, needle: str, start: int = 0) -> int:
+        """What ``text.find(needle, start)`` returns (``start`` >= 0)."""
+        at = self.all(needle)
+        k = bisect_left(at, start)
+        return at[k] if k < len(at) else -1
+
+
+def _find_end(text: Occurrences, start: int, markers: tuple[str, ...]) -> int:
     """End (exclusive) of the first end-of-turn marker at or after ``start``; len(text) if none."""
     best = -1
-    best_end = len(text)
+    best_end = len(text.text)
     for m in markers:
         i = text.find(m, start)
         if i != -1 and (best == -1 or i < best):
@@ -180,35 +209,50 @@ def _splice(probe_text: str, probe: str, contents: dict[int, str], mode: str) ->
 
 
 def _render_tools(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str],
-                  probe: str) -> tuple[str, str]:
-    """(real render, probe render): the conversation with each tool message's text, and with a probe in
-    its place. The real one is spliced from the probe render once that was checked against a real render
+                  probe: str) -> tuple[str, str, dict[int, int]]:
+    """(real render, probe render, where each probe is in it): the conversation with each tool message's
+    text, and with a probe in its place. The real one is spliced from the probe render once that was checked against a real render
     for this tokenizer (only templates that insert tool content as-is)."""
     prompt, completion, tools = trajectory.prompt, trajectory.completion, trajectory.tools or None
     probed = [*prompt, *[({**m, "content": probe.format(i)} if i in contents else m) for i, m in enumerate(completion)]]
     probe_text = _render(tokenizer, probed, tools)
-    for i in contents:
-        at = probe_text.find(probe.format(i))
-        if at == -1 or probe_text.find(probe.format(i), at + 1) != -1:
-            raise TemplateError("chat template does not render each tool message's content exactly once")
+    at = _probe_positions(probe_text, probe, contents)
     state = tokenizer_state(tokenizer)
     if info.tool_content and state.splice_ok:
-        return _splice(probe_text, probe, contents, info.tool_content), probe_text
+        return _splice(probe_text, probe, contents, info.tool_content), probe_text, at
     real = [*prompt, *[({**m, "content": contents[i]} if i in contents else m) for i, m in enumerate(completion)]]
     text = _render(tokenizer, real, tools)
     if info.tool_content and state.splice_ok is None:
         state.splice_ok = _splice(probe_text, probe, contents, info.tool_content) == text
-    return text, probe_text
+    return text, probe_text, at
 
 
-def _content_starts(info: TemplateInfo, text: str, probe_text: str, probe: str,
+_DIGITS = re.compile(r"(\d+)_")
+
+
+def _probe_positions(probe_text: str, probe: str, contents: dict[int, str]) -> dict[int, int]:
+    """Where ``probe.format(i)`` is in ``probe_text`` for each tool message ``i``, found in one pass (a search
+    from the start per message was quadratic); an error unless each occurs exactly once."""
+    head = probe[:probe.index("{}")]  # the random tag and "_": then the index and "_"
+    found: dict[str, list[int]] = {}
+    for at in Occurrences(probe_text).all(head):
+        m = _DIGITS.match(probe_text, at + len(head))
+        if m:
+            found.setdefault(m.group(1), []).append(at)
+    positions = {i: found.get(str(i), []) for i in contents}
+    if any(len(at) != 1 for at in positions.values()):
+        raise TemplateError("chat template does not render each tool message's content exactly once")
+    return {i: at[0] for i, at in positions.items()}
+
+
+def _content_starts(info: TemplateInfo, text: str, probe_text: str, probe: str, probe_at: dict[int, int],
                     contents: dict[int, str]) -> dict[int, tuple[int, bool]]:
     """Where each tool message's text starts in ``text``, and whether the template JSON-escaped it."""
     starts: dict[int, tuple[int, bool]] = {}
     shift = 0
     for i in sorted(contents):
         probe_i = probe.format(i)
-        pos = probe_text.find(probe_i) + shift
+        pos = probe_at[i] + shift
         full = contents[i]
         # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"):
         # trust the template's known mode, else prefer the escaped form when it differs.
@@ -240,13 +284,15 @@ class Layout:
     neutral_text: str = ""  # ``text`` with that special-token text replaced (same length), when it has some
 
 
-def _mark_action(text: str, roles: np.ndarray, info: TemplateInfo, message: dict, i: int, cursor: int) -> tuple[int, int]:
+def _mark_action(occ: Occurrences, roles: np.ndarray, info: TemplateInfo, message: dict, i: int,
+                 cursor: int) -> tuple[int, int]:
     """Mark assistant message ``i``'s generated characters; (where they start, where its turn ends)."""
-    head = text.find(info.generation_prompt, cursor)
+    text = occ.text
+    head = occ.find(info.generation_prompt, cursor)
     if head == -1:
         raise TemplateError(f"cannot find the assistant turn of completion message {i} in the rendered text")
     start = head + len(info.generation_prompt)
-    end = _find_end(text, start, info.end_markers)
+    end = _find_end(occ, start, info.end_markers)
     for call in message.get("tool_calls") or []:
         if call["function"]["name"] not in text[start:end]:
             raise TemplateError(
@@ -256,7 +302,7 @@ def _mark_action(text: str, roles: np.ndarray, info: TemplateInfo, message: dict
     return start, end
 
 
-def _mark_tool(text: str, roles: np.ndarray, info: TemplateInfo, pieces: list[tuple[int, str]],
+def _mark_tool(occ: Occurrences, roles: np.ndarray, info: TemplateInfo, pieces: list[tuple[int, str]],
                start: tuple[int, bool], cursor: int) -> int:
     """Mark a tool message's output and warnings, and its wrapper as observation; where its turn ends."""
     pos, escaped = start
@@ -264,10 +310,10 @@ def _mark_tool(text: str, roles: np.ndarray, info: TemplateInfo, pieces: list[tu
         n = len(_escaped(piece) if escaped else piece)
         roles[pos:pos + n] = code
         pos += n
-    nxt = text.find(info.generation_prompt, pos)
-    window = roles[cursor:len(text) if nxt == -1 else nxt]
+    nxt = occ.find(info.generation_prompt, pos)
+    window = roles[cursor:len(occ.text) if nxt == -1 else nxt]
     window[window == Role.CONTEXT.code] = Role.OBSERVATION.code
-    return _find_end(text, pos, info.end_markers)
+    return _find_end(occ, pos, info.end_markers)
 
 
 def _neutralized(value, specials: tuple[str, ...]):
@@ -317,26 +363,27 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
                       default=str)
     if pieces:
         probe = probe_format(data)
-        text, probe_text = _render_tools(tokenizer, info, trajectory, contents, probe)
-        starts = _content_starts(info, text, probe_text, probe, contents)
+        text, probe_text, probe_at = _render_tools(tokenizer, info, trajectory, contents, probe)
+        starts = _content_starts(info, text, probe_text, probe, probe_at, contents)
     else:
         text, starts = _render(tokenizer, [*trajectory.prompt, *completion], trajectory.tools or None), {}
     roles = np.zeros(len(text), dtype=np.int8)
+    occ = Occurrences(text)
     cursor, completion_start, ends = 0, None, []
     for i, m in enumerate(completion):
         if m["role"] == "assistant":
-            start, cursor = _mark_action(text, roles, info, m, i, cursor)
+            start, cursor = _mark_action(occ, roles, info, m, i, cursor)
             completion_start = start if completion_start is None else completion_start
         elif i in starts:
-            cursor = _mark_tool(text, roles, info, pieces[i], starts[i], cursor)
+            cursor = _mark_tool(occ, roles, info, pieces[i], starts[i], cursor)
         else:  # other roles in a completion (e.g. a user follow-up) are context; skip their turn
-            cursor = _find_end(text, cursor, info.end_markers)
+            cursor = _find_end(occ, cursor, info.end_markers)
         ends.append(cursor)
     if completion_start is None:
         completion_start = len(text)
     # Everything before the first action is the prompt, including the generation prompt.
     roles[:completion_start][roles[:completion_start] == Role.OBSERVATION.code] = Role.CONTEXT.code
-    first_end = _find_end(text, 0, info.end_markers)
+    first_end = _find_end(occ, 0, info.end_markers)
     result = Layout(text, roles, completion_start, ends, first_end if first_end < completion_start else 0)
     if any(s in data for s in info.special_tokens):
         result.template_specials, result.neutral_text = _template_specials(tokenizer, info, trajectory, contents, text)

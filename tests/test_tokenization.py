@@ -303,3 +303,16 @@ def test_placeholder_like_text_in_a_conversation_is_fine(family):
     for k in (1, 3):
         got = decode_role(tok, rt, rt.message_token_spans[k], ENV_OUTPUT)
         assert_covers(got, rendered_content(family, t.completion[k]["content"]))
+
+
+@pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
+def test_a_4000_step_episode_is_the_whole_text_tokenized_once(family):
+    tok = tiny_tokenizer(family)
+    t = make_trajectory([f"row {i}" for i in range(4000)], warnings={5: ["w"]})
+    rt = tokenize_with_roles(tok, t)
+    assert rt.input_ids == tok(expected_text(tok, t), add_special_tokens=False)["input_ids"]
+    spans = rt.message_token_spans
+    assert len(spans) == len(t.completion) and spans[0][0] == rt.prompt_length and spans[-1][1] <= len(rt)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    cut = rt.truncate(spans[1999][1])  # a cut at a message end of a long episode keeps masks aligned
+    assert cut.truncated_messages == 6000 and cut.input_ids == rt.input_ids[:spans[1999][1]]
