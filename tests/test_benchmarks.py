@@ -97,3 +97,15 @@ def test_prefix_sharing():
     assert positive_finite(r["speedup_vs_unshared"]) and positive_finite(r["speedup_vs_packed"])
     assert r["forwarded_tokens_shared"] < r["row_tokens"] <= r["padded_tokens"]
     assert r["max_abs_logp_diff"] < 1e-5  # all three variants compute the same log-probs
+
+
+def test_long_episodes(capsys):
+    """Stats of two short synthetic episodes (no training child): every key, token counts that grow with steps."""
+    import long_episodes
+
+    long_episodes.main(["--quick", "--steps", "50", "100", "--train_tokens", "0", "--json"])
+    out = last_json_line(capsys)
+    rows = out["stats"]
+    assert [r["steps"] for r in rows] == [50, 100] and rows[0]["tokens"] < rows[1]["tokens"]
+    assert all(positive_finite(r["stats_s"]) and positive_finite(r["render_s"]) for r in rows)
+    assert math.isfinite(out["stats_exponent"]) and math.isfinite(out["render_exponent"])
