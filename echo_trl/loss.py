@@ -25,8 +25,8 @@ class WorldLoss:
     """The world term of one micro-batch."""
 
     loss: torch.Tensor  # scalar, normalized by the divisor (what gets lambda and backward)
-    numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (sequence) CE
-    count: torch.Tensor  # detached: local world tokens (token) or sequences with world tokens (sequence)
+    numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (*sequence*) CE
+    count: torch.Tensor  # detached: local world tokens, sequences with world tokens, or all sequences
     local_mean: torch.Tensor  # detached: numerator / count on this micro-batch (0 when count is 0)
 
 
@@ -50,12 +50,15 @@ def nll_sum_and_count(per_token_logps: torch.Tensor, mask: torch.Tensor) -> tupl
 
 
 def global_count(mask: torch.Tensor, normalization: str) -> torch.Tensor:
-    """What ``normalization`` divides by, counted on (a batch of) ``mask``: tokens or sequences with tokens."""
+    """What ``normalization`` divides by, counted on (a batch of) ``mask``: world tokens (``token``), sequences
+    with world tokens (``sequence``) or every sequence, with world tokens or not (``all_sequences``, echo-rl's)."""
     mask = mask.bool()
     if normalization == "token":
         return mask.sum().float()
     if normalization == "sequence":
         return mask.any(dim=-1).sum().float()
+    if normalization == "all_sequences":
+        return torch.tensor(float(mask.shape[0]) if mask.dim() > 1 else 1.0, device=mask.device)
     raise ValueError(f"unknown world_loss_normalization {normalization!r}")
 
 
@@ -79,10 +82,10 @@ def world_loss(
     if normalization == "token":
         numerator = nll.sum()
         count = mask.sum().float()
-    elif normalization == "sequence":
+    elif normalization in ("sequence", "all_sequences"):
         per_seq_count = mask.sum(-1)
         numerator = (nll.sum(-1) / per_seq_count.clamp(min=1)).sum()
-        count = (per_seq_count > 0).sum().float()
+        count = global_count(mask, normalization).to(nll.dtype)
     else:
         raise ValueError(f"unknown world_loss_normalization {normalization!r}")
     if divisor is None:
