@@ -152,7 +152,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         rollouts, self._echo_rollouts = self._echo_rollouts, None
         masks = online_masks(rollouts, output["completion_mask"], output.get("tool_mask"),
                              tokenizer=trl_compat.tokenizer(self), tools=self.tools, settings=self._echo_settings,
-                             render_suffix=lambda msgs: trl_compat.render_tool_suffix(self, msgs))
+                             render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(self, msgs, **kw))
         if masks.env_mask_fallback:
             self._warn_once("rollout_env_mask", "rollout_func returned env_mask but no env_output_mask: every "
                             "env_mask == 0 token counts as environment output (template scaffolding included). "
