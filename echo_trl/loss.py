@@ -11,6 +11,13 @@ batch and every process before the micro-batches are cut, rescaled exactly like 
 
 With DDP averaging gradients over processes and the trainer summing micro-batch gradients, the
 accumulated gradient is then the gradient of ``sum(CE over the window) / global_count``.
+
+Exact when ``steps_per_generation == gradient_accumulation_steps`` (TRL's default): one optimizer
+step then covers the whole generation batch. Otherwise a step covers ``gradient_accumulation_steps``
+of the generation batch's ``steps_per_generation`` shuffled micro-batches, and its divisor is the
+generation batch's count x ``gradient_accumulation_steps / steps_per_generation``: right on average
+over steps, but each step's gradient is scaled by (its window's share of the count) / (its share of
+the micro-batches). TRL 1.16's own ``dapo`` / ``cispo`` / ``vespo`` policy term has the same property.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_tokenizer
@@ -221,6 +222,16 @@ def test_offline_advantages_by_group_and_each_trajectory_once_per_epoch(tmp_path
     indices = list(sampler)
     # each generation batch (2 rows) is repeated steps_per_generation x num_iterations = 1 times
     assert sorted(indices) == list(range(6)) and len(trainer.get_train_dataloader()) == 3
+
+
+def test_offline_batch_scaling_divides_by_the_generation_batch_std(tmp_path):
+    """scale_rewards='batch': centred by the dataset group, scaled by the collated batch's reward std (TRL)."""
+    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.1, "b")]
+    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), per_device_train_batch_size=2, scale_rewards="batch")
+    rows = list(trainer.train_dataset)
+    inputs = trainer._generate_and_score_completions([rows[0], rows[2]])  # rewards 1.0 and 0.5
+    std = float(np.std([1.0, 0.5], ddof=1))
+    assert inputs["advantages"].tolist() == pytest.approx([0.5 / (std + 1e-4), 0.2 / (std + 1e-4)], rel=1e-5)
 
 
 def test_gradient_accumulation_is_exact(tmp_path):
