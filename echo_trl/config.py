@@ -22,6 +22,9 @@ COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
 #: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
 WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
 
+#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
+TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
+
 #: Above this lambda the paper saw the agent collapse onto dull, predictable commands.
 COEFF_WARNING_THRESHOLD = 0.1
 
@@ -66,6 +69,10 @@ class EchoGRPOConfig(GRPOConfig):
             `"step_decay"` only: lambda from each `world_model_coeff_steps` entry on.
 
         > Parameters that control what the world term trains on and how
+
+        max_completion_length (`int` or `None`, *optional*, defaults to `None`):
+            Completion tokens kept. `None`: offline, each recorded completion whole, bounded by the model's
+            context length (TRL's default would cut recorded AWM episodes silently); online, TRL's default.
 
         world_loss_target (`str`, *optional*, defaults to `"env_only"`):
             `"env_only"` (tool output content), `"observation"` (plus the chat-template tokens wrapping tool
@@ -126,6 +133,13 @@ class EchoGRPOConfig(GRPOConfig):
     world_model_coeff_values: list[float] | None = field(
         default=None,
         metadata={"help": "'step_decay' only: lambda from each world_model_coeff_steps entry on."},
+    )
+    max_completion_length: int | None = field(
+        default=None,
+        metadata={"help": "Completion tokens kept. Unset (default): offline, each recorded completion whole, bounded "
+                  "by the model's context length (recorded AWM episodes run to thousands of tokens; TRL's default "
+                  f"of {TRL_MAX_COMPLETION_LENGTH} would silently cut most of their env output); online, TRL's "
+                  f"{TRL_MAX_COMPLETION_LENGTH} generated tokens. Recorded completions are cut at message ends."},
     )
     world_loss_target: str = field(
         default="env_only",

@@ -91,7 +91,7 @@ class EchoGRPOTrainer(GRPOTrainer):
                          reward_processing_classes=reward_processing_classes, callbacks=callbacks,
                          optimizers=optimizers, quantization_config=quantization_config, peft_config=peft_config,
                          tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
-        self._echo_settings = CollatorSettings.from_args(args)
+        self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",

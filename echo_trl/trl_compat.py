@@ -62,6 +62,12 @@ def causal_lm(trainer_or_model):
     return model
 
 
+def context_length(model) -> int | None:
+    """The model's context length (``max_position_embeddings``), or ``None`` when its config names none."""
+    value = getattr(causal_lm(model).config.get_text_config(), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def render_tool_suffix(trainer, tool_messages: list[dict], add_generation_prompt: bool = True) -> str:
     """The text whose tokens TRL 1.16's tool loop appends after a tool call (``_get_tool_suffix_ids``);
     ``add_generation_prompt=False`` leaves out the next turn's generation prompt TRL appends.

@@ -234,6 +234,32 @@ def test_offline_batch_scaling_divides_by_the_generation_batch_std(tmp_path):
     assert inputs["advantages"].tolist() == pytest.approx([0.5 / (std + 1e-4), 0.2 / (std + 1e-4)], rel=1e-5)
 
 
+def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_is_set(tmp_path):
+    """TRL's default max_completion_length would cut long recorded episodes silently; offline leaves it unset."""
+    from trl import GRPOConfig
+
+    from echo_trl.offline import check_settings
+
+    trl_default = GRPOConfig.__dataclass_fields__["max_completion_length"].default
+    long = trajectory(0, 1.0, "a")
+    long.completion[1]["content"] = " ".join(f"item{k}" for k in range(trl_default))  # > TRL's default in tokens
+    ds = trajectories_to_dataset([long, trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.1, "b")])
+    trainer = make_trainer(tmp_path, ds, max_completion_length=None)
+    inputs = batch(trainer)
+    assert inputs["completion_mask"][0].sum().item() > trl_default
+    assert trainer._echo_settings.max_length == trainer.model.config.max_position_embeddings
+    explicit = make_trainer(tmp_path, ds, max_completion_length=trl_default)
+    assert batch(explicit)["completion_mask"][0].sum().item() <= trl_default
+    online = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert online.max_completion_length is None
+    check_settings(online, None, offline=False, online=True)
+    assert online.max_completion_length == trl_default  # online generation keeps TRL's bound
+    dr = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", loss_type="dr_grpo",
+                        per_device_train_batch_size=4, num_generations=2)
+    with pytest.raises(EchoTrlError, match="dr_grpo.* divides by max_completion_length"):
+        check_settings(dr, ds, offline=True, online=False)
+
+
 def test_gradient_accumulation_is_exact(tmp_path):
     """Loss gradient of 4 trajectories in one micro-batch == accumulated over 2 micro-batches of 2."""
     from trl.trainer.utils import split_tensor_dict
