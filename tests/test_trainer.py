@@ -279,6 +279,40 @@ def test_gradient_accumulation_is_exact(tmp_path):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only_on_average(tmp_path, normalization):
+    """steps_per_generation=4, gradient_accumulation_steps=2 (as documented in loss.py): one optimizer step's
+    world gradient is the true window gradient x (window's count) / (generation batch's count x GA / spg)."""
+    from trl.trainer.utils import split_tensor_dict
+
+    from echo_trl.loss import global_count
+
+    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"),
+          trajectory(3, 0.1, "b", empty_outputs=True)]  # the last row has no world token
+    ts[0].completion[1]["content"] = " ".join(f"item{k}" for k in range(40))
+    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), world_model_coeff=0.5,
+                           world_loss_normalization=normalization,
+                           use_policy_loss=False, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                           steps_per_generation=4)
+    gen = batch(trainer)
+    parts = split_tensor_dict(gen, 4)
+    for part in parts[:2]:  # the first optimizer step's window
+        trainer._compute_loss(trainer.model, part).backward()
+    got = [p.grad.clone() for p in trainer.model.parameters()]
+    trainer.model.zero_grad()
+    # the true loss of the window, from the model's own logits (float64 sums of the per-row CE)
+    window = {k: torch.cat([p[k] for p in parts[:2]]) for k in ("prompt_ids", "prompt_mask", "completion_ids",
+                                                                 "completion_mask", "world_mask")}
+    nll = -reference_logps(trainer.model, window).double() * window["world_mask"]
+    per_row = nll.sum(-1) if normalization == "token" else nll.sum(-1) / window["world_mask"].sum(-1).clamp(min=1)
+    n_window = global_count(window["world_mask"], normalization).item()
+    (0.5 * per_row.sum() / n_window).backward()
+    share = n_window / (global_count(gen["world_mask"], normalization).item() * 2 / 4)
+    assert share != pytest.approx(1.0)  # the window holds more than its share of the world tokens / rows
+    for g, p in zip(got, trainer.model.parameters(), strict=True):
+        torch.testing.assert_close(g, (p.grad * share).to(g.dtype), rtol=1e-4, atol=1e-7)
+
+
 def test_importance_ratio_uses_behavior_logprobs(tmp_path):
     trainer = make_trainer(tmp_path)
     inputs = batch(trainer)
