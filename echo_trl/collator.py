@@ -36,14 +36,16 @@ class CollatorSettings:
 
     world_loss_target: str = "env_only"
     max_completion_length: int | None = None  # completion tokens kept (cut at message ends)
+    max_length: int | None = None  # prompt + completion tokens kept: the model's context length
     max_world_model_tokens: int | None = None  # per observation (see echo_trl.world_mask)
     min_valid_tool_call_pct: float = 0.0
     min_parse_clean_pct: float = 0.0
     min_correct_pct: float = 0.0
 
     @classmethod
-    def from_args(cls, args) -> CollatorSettings:
+    def from_args(cls, args, context_length: int | None = None) -> CollatorSettings:
         return cls(world_loss_target=args.world_loss_target, max_completion_length=args.max_completion_length,
+                   max_length=context_length,
                    max_world_model_tokens=args.max_world_model_tokens,
                    min_valid_tool_call_pct=args.wm_filter_min_valid_tool_call_pct,
                    min_parse_clean_pct=args.wm_filter_min_parse_clean_pct,
@@ -69,7 +71,8 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
     full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
     limit = settings.max_completion_length
-    tokens = full if limit is None else full.truncate(full.prompt_length + limit)
+    ends = [n for n in (None if limit is None else full.prompt_length + limit, settings.max_length) if n is not None]
+    tokens = full.truncate(min(ends)) if ends else full
     p = tokens.prompt_length
     roles = tokens.roles[p:]
 

@@ -20,7 +20,10 @@ from .roles import WORLD_LOSS_TARGETS
 COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
 
 #: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
-WORLD_LOSS_NORMALIZATIONS = ("token", "sequence")
+WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
+
+#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
+TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 
 #: Above this lambda the paper saw the agent collapse onto dull, predictable commands.
 COEFF_WARNING_THRESHOLD = 0.1
@@ -67,12 +70,18 @@ class EchoGRPOConfig(GRPOConfig):
 
         > Parameters that control what the world term trains on and how
 
+        max_completion_length (`int` or `None`, *optional*, defaults to `None`):
+            Completion tokens kept. `None`: offline, each recorded completion whole, bounded by the model's
+            context length (TRL's default would cut recorded AWM episodes silently); online, TRL's default.
+
         world_loss_target (`str`, *optional*, defaults to `"env_only"`):
             `"env_only"` (tool output content), `"observation"` (plus the chat-template tokens wrapping tool
             messages) or `"all"` (plus harness warnings).
         world_loss_normalization (`str`, *optional*, defaults to `"sequence"`):
-            `"sequence"`: mean over each trajectory's world tokens, then over trajectories; `"token"`: mean over
-            all world tokens. Both are exact under gradient accumulation and data parallelism.
+            `"sequence"`: mean over each trajectory's world tokens, then over the trajectories that have any;
+            `"all_sequences"` (echo-rl's): the same sum divided by every trajectory of the batch; `"token"`: mean
+            over all world tokens. Exact under data parallelism, and under gradient accumulation when
+            `steps_per_generation == gradient_accumulation_steps` (TRL's default).
         world_loss_temperature (`float`, *optional*, defaults to `1.0`):
             Temperature of the world-model cross-entropy. TRL divides the logits by `temperature` in its
             forward: when the two are equal (TRL's default of 1.0 included) the world term reuses GRPO's
@@ -125,6 +134,13 @@ class EchoGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "'step_decay' only: lambda from each world_model_coeff_steps entry on."},
     )
+    max_completion_length: int | None = field(
+        default=None,
+        metadata={"help": "Completion tokens kept. Unset (default): offline, each recorded completion whole, bounded "
+                  "by the model's context length (recorded AWM episodes run to thousands of tokens; TRL's default "
+                  f"of {TRL_MAX_COMPLETION_LENGTH} would silently cut most of their env output); online, TRL's "
+                  f"{TRL_MAX_COMPLETION_LENGTH} generated tokens. Recorded completions are cut at message ends."},
+    )
     world_loss_target: str = field(
         default="env_only",
         metadata={"help": "Tokens the world-model loss trains on: 'env_only' (tool output content), 'observation' "
@@ -133,11 +149,13 @@ class EchoGRPOConfig(GRPOConfig):
     )
     world_loss_normalization: str = field(
         default="sequence",
-        metadata={"help": "How the cross-entropy is averaged. 'sequence' (echo-rl's published setting): mean over each "
-                  "trajectory's world tokens, then mean over the trajectories that have any. 'token': mean over all "
-                  "world tokens of the batch (long observations weigh more). Both divide by counts gathered over "
-                  "the whole generation batch and all processes, so the result is exact under gradient "
-                  "accumulation and data parallelism (the way TRL normalizes its 'dapo' loss).",
+        metadata={"help": "How the cross-entropy is averaged. 'sequence' (default): mean over each trajectory's world "
+                  "tokens, then mean over the trajectories that have any, so rows the filters or a tool-free episode "
+                  "leave without world tokens do not dilute lambda. 'all_sequences' (echo-rl's exact setting): the "
+                  "same per-trajectory means summed, divided by every trajectory of the batch. 'token': mean over "
+                  "all world tokens of the batch (long observations weigh more). Each divides by a count gathered "
+                  "over the generation batch and all processes (as TRL normalizes its 'dapo' loss): exact under "
+                  "gradient accumulation when steps_per_generation == gradient_accumulation_steps.",
                   "choices": list(WORLD_LOSS_NORMALIZATIONS)},
     )
     world_loss_temperature: float = field(

@@ -11,6 +11,13 @@ batch and every process before the micro-batches are cut, rescaled exactly like 
 
 With DDP averaging gradients over processes and the trainer summing micro-batch gradients, the
 accumulated gradient is then the gradient of ``sum(CE over the window) / global_count``.
+
+Exact when ``steps_per_generation == gradient_accumulation_steps`` (TRL's default): one optimizer
+step then covers the whole generation batch. Otherwise a step covers ``gradient_accumulation_steps``
+of the generation batch's ``steps_per_generation`` shuffled micro-batches, and its divisor is the
+generation batch's count x ``gradient_accumulation_steps / steps_per_generation``: right on average
+over steps, but each step's gradient is scaled by (its window's share of the count) / (its share of
+the micro-batches). TRL 1.16's own ``dapo`` / ``cispo`` / ``vespo`` policy term has the same property.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ class WorldLoss:
     """The world term of one micro-batch."""
 
     loss: torch.Tensor  # scalar, normalized by the divisor (what gets lambda and backward)
-    numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (sequence) CE
-    count: torch.Tensor  # detached: local world tokens (token) or sequences with world tokens (sequence)
+    numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (*sequence*) CE
+    count: torch.Tensor  # detached: local world tokens, sequences with world tokens, or all sequences
     local_mean: torch.Tensor  # detached: numerator / count on this micro-batch (0 when count is 0)
 
 
@@ -50,12 +57,15 @@ def nll_sum_and_count(per_token_logps: torch.Tensor, mask: torch.Tensor) -> tupl
 
 
 def global_count(mask: torch.Tensor, normalization: str) -> torch.Tensor:
-    """What ``normalization`` divides by, counted on (a batch of) ``mask``: tokens or sequences with tokens."""
+    """What ``normalization`` divides by, counted on (a batch of) ``mask``: world tokens (``token``), sequences
+    with world tokens (``sequence``) or every sequence, with world tokens or not (``all_sequences``, echo-rl's)."""
     mask = mask.bool()
     if normalization == "token":
         return mask.sum().float()
     if normalization == "sequence":
         return mask.any(dim=-1).sum().float()
+    if normalization == "all_sequences":
+        return torch.tensor(float(mask.shape[0]) if mask.dim() > 1 else 1.0, device=mask.device)
     raise ValueError(f"unknown world_loss_normalization {normalization!r}")
 
 
@@ -79,10 +89,10 @@ def world_loss(
     if normalization == "token":
         numerator = nll.sum()
         count = mask.sum().float()
-    elif normalization == "sequence":
+    elif normalization in ("sequence", "all_sequences"):
         per_seq_count = mask.sum(-1)
         numerator = (nll.sum(-1) / per_seq_count.clamp(min=1)).sum()
-        count = (per_seq_count > 0).sum().float()
+        count = global_count(mask, normalization).to(nll.dtype)
     else:
         raise ValueError(f"unknown world_loss_normalization {normalization!r}")
     if divisor is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datasets import IterableDataset
 
 from .advantages import ADVANTAGE_COLUMN, with_advantages
+from .config import TRL_MAX_COMPLETION_LENGTH
 from .errors import EchoTrlError
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
@@ -43,7 +44,8 @@ def has_behavior_logprobs(ds) -> bool:
 
 
 def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
-    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation)."""
+    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation);
+    an unset ``max_completion_length`` becomes TRL's default unless offline (whole recorded completions)."""
     if offline and online:
         raise EchoTrlError(
             "train_dataset holds recorded trajectories (a 'completion' column) but tools / rollout_func / "
@@ -61,6 +63,11 @@ def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
         raise EchoTrlError(
             f"train_dataset has {len(train_dataset)} trajectories, fewer than one generation batch "
             f"({args.generation_batch_size} = per_device_train_batch_size x processes x steps_per_generation)")
+    if args.max_completion_length is None and not offline:
+        args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound
+    if args.max_completion_length is None and args.loss_type == "dr_grpo":
+        raise EchoTrlError("loss_type='dr_grpo' divides by max_completion_length: set it (offline it is unset by "
+                           "default, keeping each recorded completion whole)")
     if args.use_liger_kernel and (args.liger_kernel_config or {}).get("fused_linear_cross_entropy"):
         raise EchoTrlError("Liger's fused linear cross-entropy replaces the forward and bypasses the per-token "
                            "log-probs the world term reuses; it is not supported")

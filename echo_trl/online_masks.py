@@ -2,8 +2,8 @@
 
 TRL's tool loop marks the tokens it appended after each tool call with ``tool_mask == 0``; those
 spans hold the tool output *content* but also role headers, ``<tool_response>`` tags and the next
-generation prompt, which are not environment output. :func:`tool_content_mask` locates the content
-inside each span; :func:`online_masks` turns everything into per-token role codes and calls the same
+generation prompt, which are not environment output. :func:`tool_span_roles` locates the content
+inside each span, and the generation prompt (context, as offline: no world target includes it); :func:`online_masks` turns everything into per-token role codes and calls the same
 :func:`echo_trl.world_mask.world_mask` as offline collation. Pure: a tokenizer, Python and torch values.
 """
 
@@ -115,46 +115,62 @@ def _content_ranges(text: str, probe_text: str, probe: str, contents: list[str])
     return ranges[::-1]
 
 
-def tool_content_mask(
+def tool_span_roles(
     tokenizer,
     completion_ids: Sequence[int],
     tool_mask: Sequence[int],
     completion_messages: Sequence[dict[str, Any]],
-    render_suffix: Callable[[list[dict[str, Any]]], str],
+    render_suffix: Callable[..., str],
 ) -> list[int] | None:
-    """1 on the tokens of tool-output content inside the ``tool_mask == 0`` spans, 0 elsewhere.
+    """Role code of each token: action where ``tool_mask == 1``; inside each ``tool_mask == 0`` span env output
+    (tool-output content), context (the next generation prompt) or observation (the template's wrapper).
 
-    ``render_suffix(tool_messages)`` renders the text TRL tokenized for a span (the tool messages
-    and the next generation prompt, after the template scaffolding that precedes them); it is
-    called with probe contents to learn where the template puts each message's content. A token
-    is env output when its first character lies in a content range (as in ``tokenize_with_roles``).
+    ``render_suffix(tool_messages, add_generation_prompt=True)`` renders the text TRL tokenized for a
+    span (the tool messages and the next generation prompt, after the template scaffolding that precedes
+    them); it is called with probe contents to learn where the template puts each message's content, and
+    once more without the generation prompt: TRL appends the assistant header of the next turn to the tool
+    suffix, while offline collation (``layout.py``) leaves that header context, so online it is context too.
+    A token's role is the role of its first character (as in ``tokenize_with_roles``).
     Returns ``None`` when a span cannot be aligned (the caller counts it and trains nothing there).
     """
-    mask = [0] * len(completion_ids)
+    roles = [Role.ACTION.code if v else Role.OBSERVATION.code for v in tool_mask][:len(completion_ids)]
     spans = zero_spans(tool_mask)
     groups = tool_message_groups(completion_messages)
     if len(spans) != len(groups):
         return None
     for (a, b), group in zip(spans, groups, strict=True):
         contents = [m.get("content") for m in group]
+        text, starts = token_char_starts(tokenizer, completion_ids[a:b])
+        bounds = np.asarray(starts)
+        probe = probe_format(text, *(c for c in contents if isinstance(c, str)))
+        probed = [{**m, "content": probe.format(k)} for k, m in enumerate(group)]
+        with_prompt = render_suffix(probed)
+        without = render_suffix(probed, add_generation_prompt=False)
+        prompt_len = len(with_prompt) - len(without) if with_prompt.startswith(without) else 0
+        if prompt_len and text.endswith(with_prompt[-prompt_len:]):
+            for j in np.flatnonzero(bounds >= len(text) - prompt_len):
+                roles[a + int(j)] = Role.CONTEXT.code
         if not all(isinstance(c, str) for c in contents):
             continue  # multimodal tool output: no text to learn
-        text, starts = token_char_starts(tokenizer, completion_ids[a:b])
-        probe = probe_format(text, *contents)
-        probed = [{**m, "content": probe.format(k)} for k, m in enumerate(group)]
-        ranges = _content_ranges(text, render_suffix(probed), probe, contents)
+        ranges = _content_ranges(text, with_prompt, probe, contents)
         if ranges is None:
             return None
-        bounds = np.asarray(starts)
         for lo, hi in ranges:
             for j in np.flatnonzero((bounds >= lo) & (bounds < hi)):
-                mask[a + int(j)] = 1
-    return mask
+                roles[a + int(j)] = Role.ENV_OUTPUT.code
+    return roles
+
+
+def tool_content_mask(tokenizer, completion_ids: Sequence[int], tool_mask: Sequence[int],
+                      completion_messages: Sequence[dict[str, Any]], render_suffix: Callable[..., str]) -> list[int] | None:
+    """1 on the tokens of tool-output content inside the ``tool_mask == 0`` spans (see :func:`tool_span_roles`)."""
+    roles = tool_span_roles(tokenizer, completion_ids, tool_mask, completion_messages, render_suffix)
+    return None if roles is None else [int(r == Role.ENV_OUTPUT.code) for r in roles]
 
 
 def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tensor, tool_mask: torch.Tensor | None, *,
                  tokenizer, tools: Sequence[Any] | None, settings,
-                 render_suffix: Callable[[list[dict[str, Any]]], str]) -> OnlineMasks:
+                 render_suffix: Callable[..., str]) -> OnlineMasks:
     """Env-output / warning / world masks of a generated batch (padded like ``completion_mask``).
 
     Env output per completion, in order of preference: the ``env_output_mask`` a rollout_func returned
@@ -165,6 +181,7 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
     shape, device = completion_mask.shape, completion_mask.device
     env = np.zeros(shape, dtype=np.int64)
     warn = np.zeros(shape, dtype=np.int64)
+    prompt = np.zeros(shape, dtype=bool)  # TRL's next generation prompt inside a tool-loop span: context
     passes = np.ones(shape[0], dtype=bool)
     failures, fallback = 0, False
     if rollouts is not None:
@@ -177,8 +194,11 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
                 if "warning_mask" in extra:
                     warn[i, :len(ids)] = list(extra["warning_mask"][i])[:len(ids)]
             elif tools and masks is not None and isinstance(messages, list):
-                row_env = tool_content_mask(tokenizer, ids, masks[i], messages, render_suffix)
-                failures += row_env is None
+                span_roles = tool_span_roles(tokenizer, ids, masks[i], messages, render_suffix)
+                failures += span_roles is None
+                if span_roles is not None:
+                    row_env = [int(r == Role.ENV_OUTPUT.code) for r in span_roles]
+                    prompt[i, :len(span_roles)] = np.asarray(span_roles[:len(ids)]) == Role.CONTEXT.code
             elif masks is not None:
                 fallback = True
                 row_env = [1 - int(v) for v in masks[i]]
@@ -195,7 +215,7 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
     else:
         action = tool_mask.cpu().numpy().astype(bool)
         roles[completion & action] = Role.ACTION.code
-        roles[completion & ~action] = Role.OBSERVATION.code
+        roles[completion & ~action & ~prompt] = Role.OBSERVATION.code
     roles[warn] = Role.WARNING.code
     roles[env] = Role.ENV_OUTPUT.code
     world = world_mask(roles, settings.world_loss_target, max_tokens=settings.max_world_model_tokens, passes=passes)

@@ -32,7 +32,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from . import batch_metrics, trl_compat
-from .advantages import ADVANTAGE_COLUMN, with_advantages
+from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .cards import ECHO_PAPER, add_echo_section
 from .collator import CollatorSettings, collate_features, trajectory_features
 from .config import EchoGRPOConfig
@@ -91,7 +91,7 @@ class EchoGRPOTrainer(GRPOTrainer):
                          reward_processing_classes=reward_processing_classes, callbacks=callbacks,
                          optimizers=optimizers, quantization_config=quantization_config, peft_config=peft_config,
                          tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
-        self._echo_settings = CollatorSettings.from_args(args)
+        self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
@@ -152,7 +152,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         rollouts, self._echo_rollouts = self._echo_rollouts, None
         masks = online_masks(rollouts, output["completion_mask"], output.get("tool_mask"),
                              tokenizer=trl_compat.tokenizer(self), tools=self.tools, settings=self._echo_settings,
-                             render_suffix=lambda msgs: trl_compat.render_tool_suffix(self, msgs))
+                             render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(self, msgs, **kw))
         if masks.env_mask_fallback:
             self._warn_once("rollout_env_mask", "rollout_func returned env_mask but no env_output_mask: every "
                             "env_mask == 0 token counts as environment output (template scaffolding included). "
@@ -179,7 +179,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         device, mode, tokenizer = self.accelerator.device, self._mode(), trl_compat.tokenizer(self)
         features = [trajectory_features(tokenizer, row, self._echo_settings) for row in rows]
         batch = {k: v.to(device) for k, v in collate_features(features, tokenizer.pad_token_id).items()}
-        batch["advantages"] = torch.tensor([float(row.get(ADVANTAGE_COLUMN) or 0.0) for row in rows], device=device)
+        batch["advantages"], rewards = collated_advantages(rows, self.args.scale_rewards, self.accelerator.gather, device)
         if EVAL_INDEX_COLUMN in rows[0]:
             batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
         loss_mask = batch["completion_mask"] * batch["tool_mask"]
@@ -190,7 +190,6 @@ class EchoGRPOTrainer(GRPOTrainer):
         trl_compat.add_sampling_logps(self, batch, self.args.per_device_train_batch_size if mode == "train"
                                       else self.args.per_device_eval_batch_size)
         m = trl_compat.metrics(self, mode)
-        rewards = torch.tensor([float(row.get("reward") or 0.0) for row in rows], device=device)
         batch_metrics.log_offline_batch(m, rewards, batch["advantages"], batch["completion_mask"], features,
                                         self.accelerator.gather)
         if mode == "train":

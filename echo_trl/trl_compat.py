@@ -62,8 +62,15 @@ def causal_lm(trainer_or_model):
     return model
 
 
-def render_tool_suffix(trainer, tool_messages: list[dict]) -> str:
-    """The text whose tokens TRL 1.16's tool loop appends after a tool call (``_get_tool_suffix_ids``).
+def context_length(model) -> int | None:
+    """The model's context length (``max_position_embeddings``), or ``None`` when its config names none."""
+    value = getattr(causal_lm(model).config.get_text_config(), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def render_tool_suffix(trainer, tool_messages: list[dict], add_generation_prompt: bool = True) -> str:
+    """The text whose tokens TRL 1.16's tool loop appends after a tool call (``_get_tool_suffix_ids``);
+    ``add_generation_prompt=False`` leaves out the next turn's generation prompt TRL appends.
 
     It starts with the dummy conversation TRL renders (the caller aligns from the right, so only
     the part after the assistant's end-of-turn matters).
@@ -75,8 +82,8 @@ def render_tool_suffix(trainer, tool_messages: list[dict]) -> str:
                                                           "arguments": {}}}]},
     ]
     return trainer.processing_class.apply_chat_template(
-        dummy + tool_messages, add_generation_prompt=True, tokenize=False, chat_template=trainer.chat_template,
-        **trainer.chat_template_kwargs)
+        dummy + tool_messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+        chat_template=trainer.chat_template, **trainer.chat_template_kwargs)
 
 
 def check_reprojection_supported(model, why: str, fix: str) -> None:

@@ -117,3 +117,19 @@ def test_real_captured_awm_episode(captured_episode):
     assert f.quality["valid_tool_call_pct"] == 100.0 and f.passes
     env_text = tok.decode([i for i, m in zip(f.completion_ids, f.env_output_mask, strict=True) if m])
     assert "Bose QuietComfort" in env_text and "<tool_response>" not in env_text
+
+
+def test_context_length_bounds_the_whole_trajectory_at_a_message_end():
+    tok = tiny_tokenizer("qwen3")
+    t = traj(outputs=("x " * 300, "y " * 300, "z " * 300))
+    full = tokenize_with_roles(tok, t)
+    bound = full.prompt_length + (len(full.input_ids) - full.prompt_length) // 2
+    f = trajectory_features(tok, t, CollatorSettings(max_length=bound))
+    expected = full.truncate(bound)
+    assert f.completion_ids == list(expected.input_ids[expected.prompt_length:])
+    assert 0 < f.truncated_tokens == len(full.input_ids) - len(expected.input_ids)
+    # the tighter of the two bounds wins; neither set keeps the whole completion
+    both = trajectory_features(tok, t, CollatorSettings(max_length=bound, max_completion_length=10_000))
+    assert both.completion_ids == f.completion_ids
+    whole = trajectory_features(tok, t, CollatorSettings())
+    assert len(whole.completion_ids) == len(full.input_ids) - full.prompt_length and whole.truncated_tokens == 0

@@ -29,7 +29,26 @@ def test_token_and_sequence_means_match_hand_computation():
     assert (s.item(), n.item()) == (9.0, 3.0)
 
 
-@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def _echo_rl_reference(logps, mask) -> float:
+    """echo-rl's sequence normalisation in float64 Python: per-row mean CE over world tokens, summed, / all rows."""
+    rows = [[-float(v) for v, m in zip(lp, mk, strict=True) if m] for lp, mk in zip(logps.tolist(), mask.tolist(),
+                                                                                  strict=True)]
+    return sum(sum(r) / len(r) for r in rows if r) / len(rows)
+
+
+def test_all_sequences_is_echo_rl_and_sequence_skips_rows_without_world_tokens():
+    logps = torch.tensor([[-2.0, -4.0], [-1.0, -1.0], [-3.0, -3.0], [-5.0, -5.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1], [0, 0], [1, 1], [0, 0]])  # 2 of 4 rows without world tokens
+    echo_rl = world_loss(logps, mask, normalization="all_sequences")
+    assert echo_rl.loss.item() == pytest.approx(_echo_rl_reference(logps, mask), rel=1e-12) == 1.5
+    assert world_loss(logps, mask, normalization="sequence").loss.item() == pytest.approx(3.0, rel=1e-12)
+    g_logps, g_mask = _batch(b=6)
+    got = world_loss(g_logps.double(), g_mask, normalization="all_sequences").loss.item()
+    assert got == pytest.approx(_echo_rl_reference(g_logps.double(), g_mask), rel=1e-12)
+    assert global_count(g_mask, "all_sequences").item() == 6
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence", "all_sequences"])
 def test_no_world_tokens_gives_a_connected_zero_not_nan(normalization):
     logps = torch.randn(3, 5, requires_grad=True)
     out = world_loss(logps, torch.zeros(3, 5, dtype=torch.bool), normalization=normalization)
@@ -52,7 +71,7 @@ def test_masked_out_nan_or_inf_never_leaks():
     assert out.loss.item() == 1.0 and torch.equal(logps.grad, torch.tensor([[-1.0, 0.0, 0.0]]))
 
 
-@pytest.mark.parametrize("normalization", ["token", "sequence"])
+@pytest.mark.parametrize("normalization", ["token", "sequence", "all_sequences"])
 @pytest.mark.parametrize("processes, accumulation", [(1, 1), (1, 4), (2, 2), (4, 1)])
 def test_exact_under_gradient_accumulation_and_data_parallel(normalization, processes, accumulation):
     """Sum over micro-batches, mean over processes (DDP) == the full-batch mean, for any split."""
@@ -108,7 +127,7 @@ def test_schedules():
     assert not math.isnan(world_coeff_at(0, coeff=0.1, schedule="linear_decay", max_steps=0))
 
 
-@pytest.mark.parametrize("normalization", ["token", "sequence"])
+@pytest.mark.parametrize("normalization", ["token", "sequence", "all_sequences"])
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 8192), (torch.float16, 65536)])
 def test_half_precision_logps_are_summed_in_float32(dtype, n, normalization):
     """bf16 / fp16 log-probs: loss, metric sums and gradients against a float64 reference of the same values."""

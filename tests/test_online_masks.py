@@ -5,9 +5,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 from conftest import tiny_tokenizer
 
-from echo_trl.online_masks import tool_content_mask
+from echo_trl.collator import CollatorSettings
+from echo_trl.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
 from echo_trl.roles import tool_call
 
 
@@ -41,7 +43,7 @@ def test_online_mask_is_the_tool_content_only(family):
         else:
             ids += chunk
             tmask += [1] * len(chunk)
-    mask = tool_content_mask(tok, ids, tmask, messages, lambda msgs: render_tool_suffix(fake, msgs))
+    mask = tool_content_mask(tok, ids, tmask, messages, lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw))
     assert mask is not None
     env_text = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
     for content in ("user assistant tool_response 42 lamps", "added 4", "{'error': 'out of stock'}"):
@@ -51,6 +53,28 @@ def test_online_mask_is_the_tool_content_only(family):
     outside = tok.decode([i for i, m, t in zip(ids, mask, tmask, strict=True) if not m and t == 0])
     assert "lamps" not in outside and "added" not in outside and "stock" not in outside
     assert len(outside) > 10
+    # observation / all: the wrapper trains, TRL's next generation prompt does not (context, as offline)
+    header = _generation_prompt(tok)
+    for target in ("observation", "all"):
+        masks = online_masks(GeneratedRollouts([ids], [tmask], [messages], {}), torch.ones(1, len(ids)),
+                             torch.tensor([tmask]), tokenizer=tok, tools=["search", "add"],
+                             settings=CollatorSettings(world_loss_target=target),
+                             render_suffix=lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw))
+        world = masks.world_mask[0].tolist()
+        for a, b in zero_spans(tmask):
+            trained = tok.decode([i for i, w in zip(ids[a:b], world[a:b], strict=True) if w])
+            untrained = tok.decode([i for i, w in zip(ids[a:b], world[a:b], strict=True) if not w])
+            assert untrained.endswith(header) and not trained.endswith(header.strip())
+            assert tok.decode(ids[a:b]).endswith(header) and len(trained) > len(header)
+
+
+def _generation_prompt(tok) -> str:
+    """The text add_generation_prompt appends (an independent render: a user turn with and without it)."""
+    chat = [{"role": "user", "content": "x"}]
+    with_prompt = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    without = tok.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
+    assert with_prompt.startswith(without) and len(with_prompt) > len(without)
+    return with_prompt[len(without):]
 
 
 def test_online_mask_refuses_misaligned_spans():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_tokenizer
@@ -223,6 +224,42 @@ def test_offline_advantages_by_group_and_each_trajectory_once_per_epoch(tmp_path
     assert sorted(indices) == list(range(6)) and len(trainer.get_train_dataloader()) == 3
 
 
+def test_offline_batch_scaling_divides_by_the_generation_batch_std(tmp_path):
+    """scale_rewards='batch': centred by the dataset group, scaled by the collated batch's reward std (TRL)."""
+    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.1, "b")]
+    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), per_device_train_batch_size=2, scale_rewards="batch")
+    rows = list(trainer.train_dataset)
+    inputs = trainer._generate_and_score_completions([rows[0], rows[2]])  # rewards 1.0 and 0.5
+    std = float(np.std([1.0, 0.5], ddof=1))
+    assert inputs["advantages"].tolist() == pytest.approx([0.5 / (std + 1e-4), 0.2 / (std + 1e-4)], rel=1e-5)
+
+
+def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_is_set(tmp_path):
+    """TRL's default max_completion_length would cut long recorded episodes silently; offline leaves it unset."""
+    from trl import GRPOConfig
+
+    from echo_trl.offline import check_settings
+
+    trl_default = GRPOConfig.__dataclass_fields__["max_completion_length"].default
+    long = trajectory(0, 1.0, "a")
+    long.completion[1]["content"] = " ".join(f"item{k}" for k in range(trl_default))  # > TRL's default in tokens
+    ds = trajectories_to_dataset([long, trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.1, "b")])
+    trainer = make_trainer(tmp_path, ds, max_completion_length=None)
+    inputs = batch(trainer)
+    assert inputs["completion_mask"][0].sum().item() > trl_default
+    assert trainer._echo_settings.max_length == trainer.model.config.max_position_embeddings
+    explicit = make_trainer(tmp_path, ds, max_completion_length=trl_default)
+    assert batch(explicit)["completion_mask"][0].sum().item() <= trl_default
+    online = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert online.max_completion_length is None
+    check_settings(online, None, offline=False, online=True)
+    assert online.max_completion_length == trl_default  # online generation keeps TRL's bound
+    dr = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", loss_type="dr_grpo",
+                        per_device_train_batch_size=4, num_generations=2)
+    with pytest.raises(EchoTrlError, match="dr_grpo.* divides by max_completion_length"):
+        check_settings(dr, ds, offline=True, online=False)
+
+
 def test_gradient_accumulation_is_exact(tmp_path):
     """Loss gradient of 4 trajectories in one micro-batch == accumulated over 2 micro-batches of 2."""
     from trl.trainer.utils import split_tensor_dict
@@ -240,6 +277,40 @@ def test_gradient_accumulation_is_exact(tmp_path):
         split._compute_loss(split.model, part).backward()
     for (name, a), b in zip(whole.model.named_parameters(), split.model.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("normalization", ["token", "sequence"])
+def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only_on_average(tmp_path, normalization):
+    """steps_per_generation=4, gradient_accumulation_steps=2 (as documented in loss.py): one optimizer step's
+    world gradient is the true window gradient x (window's count) / (generation batch's count x GA / spg)."""
+    from trl.trainer.utils import split_tensor_dict
+
+    from echo_trl.loss import global_count
+
+    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"),
+          trajectory(3, 0.1, "b", empty_outputs=True)]  # the last row has no world token
+    ts[0].completion[1]["content"] = " ".join(f"item{k}" for k in range(40))
+    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), world_model_coeff=0.5,
+                           world_loss_normalization=normalization,
+                           use_policy_loss=False, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                           steps_per_generation=4)
+    gen = batch(trainer)
+    parts = split_tensor_dict(gen, 4)
+    for part in parts[:2]:  # the first optimizer step's window
+        trainer._compute_loss(trainer.model, part).backward()
+    got = [p.grad.clone() for p in trainer.model.parameters()]
+    trainer.model.zero_grad()
+    # the true loss of the window, from the model's own logits (float64 sums of the per-row CE)
+    window = {k: torch.cat([p[k] for p in parts[:2]]) for k in ("prompt_ids", "prompt_mask", "completion_ids",
+                                                                 "completion_mask", "world_mask")}
+    nll = -reference_logps(trainer.model, window).double() * window["world_mask"]
+    per_row = nll.sum(-1) if normalization == "token" else nll.sum(-1) / window["world_mask"].sum(-1).clamp(min=1)
+    n_window = global_count(window["world_mask"], normalization).item()
+    (0.5 * per_row.sum() / n_window).backward()
+    share = n_window / (global_count(gen["world_mask"], normalization).item() * 2 / 4)
+    assert share != pytest.approx(1.0)  # the window holds more than its share of the world tokens / rows
+    for g, p in zip(got, trainer.model.parameters(), strict=True):
+        torch.testing.assert_close(g, (p.grad * share).to(g.dtype), rtol=1e-4, atol=1e-7)
 
 
 def test_importance_ratio_uses_behavior_logprobs(tmp_path):
