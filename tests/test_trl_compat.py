@@ -97,7 +97,7 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
 def test_compute_loss_runs_one_capturable_forward(tmp_path):
     """TRL's ``_compute_loss`` computes its log-probs with exactly one ``_get_per_token_logps_and_entropies``
     call; the capture records it and fills NaN old log-probs in before TRL reads them."""
-    trainer = make_trainer(tmp_path)
+    trainer = make_trainer(tmp_path, prefix_sharing=False)  # TRL's own forward, counted below
     inputs = batch(trainer)
     calls = []
     original = GRPOTrainer._get_per_token_logps_and_entropies
