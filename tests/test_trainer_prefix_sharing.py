@@ -130,17 +130,19 @@ def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
     for share in (False, True):
         model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
         trainer = make(tmp_path, share, model=model, shuffle_dataset=True, max_completion_length=60, beta=0.04,
-                       gradient_accumulation_steps=2)  # old log-probs forward too (steps_per_generation)
+                       num_iterations=2)  # the sampling-time old log-probs forward too
         trainer.model.train()
         trainer.current_gradient_accumulation_steps = 1
         inputs = batch(trainer, grouped_dataset(4))
-        assert "ref_per_token_logps" in inputs
+        assert "ref_per_token_logps" in inputs and "old_per_token_logps" in inputs
         with torch.no_grad():  # a different policy than the reference (and the old policy): KL and ratios != 0
             for p in trainer.model.parameters():
                 p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
         loss = trainer._compute_loss(trainer.model, inputs)
         loss.backward()
         losses[share], kl[share] = loss.item(), trainer._metrics["train"]["kl"][-1]
+        # shared: the old, reference and loss forwards all went through shared_logps
+        assert len(trainer._metrics["train"].get("prefix/forwarded_fraction", [])) == (3 if share else 0)
         grads[share] = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
     assert losses[True] == pytest.approx(losses[False], abs=ATOL) and kl[True] == pytest.approx(kl[False], abs=ATOL)
     assert kl[True] > 0
