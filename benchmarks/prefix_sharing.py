@@ -17,6 +17,13 @@ Same random-init Qwen3-architecture model for all (fp32, SDPA); repetitions alte
 (A B C, C B A, ...) and ratios are medians of per-repetition ratios, so machine load hits all alike.
 
     python benchmarks/prefix_sharing.py [--quick] [--json] [--groups 4 8 16] [--preambles 2048 8192]
+
+``--trainer``: the real ``EchoGRPOTrainer`` instead, whole offline optimizer steps (collate from the token
+cache, TRL's loss forward, world term, backward, AdamW) with ``prefix_sharing`` true vs false on AWM-shaped
+data: a GRPO group of G trajectories sharing one bundled AWM prompt (``library_1``, full tool schemas), each
+with another captured episode's completion; micro-batch = the group.
+
+    python benchmarks/prefix_sharing.py --trainer [--quick] [--json] [--groups 8]
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     bundled_dataset,
     corpus_of,
+    echo_step,
+    echo_trainer,
     ensure_malloc_env,
     measure_call,
     median,
@@ -247,6 +256,74 @@ def run(args) -> dict:
     return result
 
 
+def awm_group(G: int, max_completion: int):
+    """A group of ``G`` AWM-shaped trajectories: one bundled episode's prompt (system prompt + full tool schemas
+    + task), each with another bundled episode's completion (cut to ``max_completion`` tokens by the trainer)."""
+    from echo_trl.dataset import row_to_trajectory, trajectories_to_dataset
+    from echo_trl.demo.tiny import build_tiny_tokenizer
+
+    ds = bundled_dataset(compact_tools=False)
+    base = row_to_trajectory(ds[0])
+    group = []
+    for i in range(G):
+        t = row_to_trajectory(ds[1 + i % (len(ds) - 1)])
+        t.prompt, t.tools, t.group_id, t.scenario, t.reward = base.prompt, base.tools, "g0", base.scenario, i % 3 / 2
+        group.append(t)
+    return trajectories_to_dataset(group), build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=4096)
+
+
+def run_trainer(args) -> dict:
+    """``prefix_sharing`` true vs false in the real trainer: step time and peak memory, alternating order."""
+    setup(args)
+    import tempfile
+
+    import torch
+
+    from echo_trl.demo.tiny import build_tiny_model
+
+    G = (args.groups or [8])[0]
+    max_completion = (args.completion_range or (None, 512 if args.quick else 1536))[1]
+    repeats = args.repeats or (2 if args.quick else 4)
+    hidden, layers = args.hidden_size or 128, args.num_layers or 2
+    ds, tok = awm_group(G, max_completion)
+    trainers, tmp = {}, tempfile.mkdtemp()
+    for name, share in (("unshared", False), ("shared", True)):
+        model = build_tiny_model(tok, "qwen3", hidden_size=hidden, num_layers=layers, num_heads=max(2, hidden // 64))
+        trainers[name] = echo_trainer(model, tok, ds, f"{tmp}/{name}", per_device_train_batch_size=G,
+                                      max_completion_length=max_completion, prefix_sharing=share,
+                                      world_model_coeff=0.05, shuffle_dataset=False)
+    rows = list(trainers["shared"].train_dataset)
+    fns = {n: (lambda t=t: echo_step(t, rows)) for n, t in trainers.items()}
+    for fn in fns.values():
+        fn()  # warm-up
+    res = {n: {"seconds": [], "peak_mb": []} for n in fns}
+    for r in range(repeats):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            dt, mb = measure_call(fns[name])
+            res[name]["seconds"].append(dt)
+            res[name]["peak_mb"].append(mb)
+    shared = trainers["shared"]._metrics["train"].get("prefix/forwarded_fraction", [])
+    features = trainers["shared"]._offline_batch(rows)
+    prompt, completion = int(features["prompt_mask"].sum()), int(features["completion_mask"].sum())
+    med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
+    result = {
+        "benchmark": "prefix_sharing_trainer", "quick": args.quick, "G": G, "prompt_tokens": prompt // G,
+        "completion_tokens": completion, "forwarded_fraction": round(shared[-1], 3) if shared else None,
+        "seconds": {n: round(med[n]["seconds"], 3) for n in med}, "peak_mb": {n: round(med[n]["peak_mb"], 1) for n in med},
+        "speedup": ratio(res, "unshared", "shared", "seconds"), "memory_ratio": ratio(res, "shared", "unshared", "peak_mb"),
+        "model": f"random-init qwen3, hidden {hidden}, {layers} layers, tiny AWM tokenizer (vocab 4096), fp32",
+        "repeats": repeats, "threads": torch.get_num_threads(), "memory_method": memory_method(),
+    }
+    print(f"EchoGRPOTrainer offline optimizer step, one group of {G} ({result['model']}; median of {repeats}, "
+          f"alternating order; memory: {result['memory_method']})")
+    report([(str(G), str(prompt // G), str(completion), str(result["forwarded_fraction"]),
+             *(f"{med[n]['seconds']:.2f}" for n in ("unshared", "shared")), f"{result['speedup']}x",
+             *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "shared")), str(result["memory_ratio"]))],
+           ("G", "prompt tok", "completion tok", "fwd fraction", "unshared s", "shared s", "speedup",
+            "unsh MiB", "shared MiB", "mem ratio"), result, args)
+    return result
+
+
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1 on CPU)")
@@ -259,7 +336,9 @@ def main(argv=None) -> dict:
     p.add_argument("--hidden_size", type=int, default=None)
     p.add_argument("--num_layers", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
-    return run(p.parse_args(argv))
+    p.add_argument("--trainer", action="store_true", help="real EchoGRPOTrainer steps, prefix_sharing true vs false")
+    args = p.parse_args(argv)
+    return run_trainer(args) if args.trainer else run(args)
 
 
 if __name__ == "__main__":

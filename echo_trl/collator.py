@@ -1,6 +1,7 @@
 """Offline collation: recorded trajectory rows -> exactly the tensors TRL's GRPO loss expects, plus ECHO masks.
 
-A row is rendered and tokenized once by :func:`echo_trl.tokenization.tokenize_with_roles`; the ids
+A row's tokens come from its cached columns (:mod:`echo_trl.token_cache`, tokenized once per dataset and
+tokenizer) or, for a row without them, from :func:`echo_trl.tokenization.tokenize_with_roles`; the ids
 are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``completion_ids``
 (right-padded), and
 
@@ -26,6 +27,7 @@ from .dataset import row_to_trajectory
 from .errors import DatasetSchemaError
 from .quality import QUALITY_KEYS, passes_filters, rollout_quality
 from .roles import Role, Trajectory
+from .token_cache import has_tokens, row_tokens
 from .tokenization import tokenize_with_roles
 from .world_mask import world_mask
 
@@ -69,7 +71,10 @@ class TrajectoryFeatures:
 def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: CollatorSettings) -> TrajectoryFeatures:
     """Tokens and masks of one trajectory, split into prompt and completion."""
     trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
-    full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
+    if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.token_cache): no rendering here
+        full = row_tokens(row)
+    else:
+        full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
     limit = settings.max_completion_length
     ends = [n for n in (None if limit is None else full.prompt_length + limit, settings.max_length) if n is not None]
     tokens = full.truncate(min(ends)) if ends else full

@@ -104,6 +104,16 @@ class EchoGRPOConfig(GRPOConfig):
             At most this many world-target tokens (the first ones) of each observation: the environment's reply
             to one agent turn, i.e. everything between two assistant turns (all tool messages of a parallel call
             together). The same offline and online (`echo_trl.world_mask`). `None` = all.
+
+        > Parameters that control the speed of the offline forward (never its numbers)
+
+        prefix_sharing (`bool`, *optional*, defaults to `True`):
+            Offline: forward the common prefixes of a micro-batch once (a group's prompt, a scenario's tool
+            preamble), with every suffix attending to them (`echo_trl.prefix_sharing`): the same log-probs,
+            losses and gradients as the unshared forward. Epochs put the rows of a group into the same
+            micro-batch (still each trajectory once per epoch). Not applied online (see docs/prefix_sharing.md).
+        prefix_sharing_min_tokens (`int`, *optional*, defaults to `64`):
+            Shorter common prefixes are forwarded per row (sharing them costs more than it saves).
     """
 
     world_model_coeff: float = field(
@@ -193,6 +203,16 @@ class EchoGRPOConfig(GRPOConfig):
                   "ones. An observation is the environment's reply to one agent turn: everything between two "
                   "assistant turns (all tool messages of a parallel call together), offline and online alike. "
                   "None = all."},
+    )
+    prefix_sharing: bool = field(
+        default=True,
+        metadata={"help": "Offline: forward a micro-batch's common prefixes (a group's prompt, a scenario's tool "
+                  "preamble) once; exactly the same log-probs, losses and gradients. Epochs keep a group's rows in one "
+                  "micro-batch. Not applied online (TRL's online batch: see docs/prefix_sharing.md)."},
+    )
+    prefix_sharing_min_tokens: int = field(
+        default=64,
+        metadata={"help": "Common prefixes shorter than this many tokens are forwarded per row (prefix_sharing)."},
     )
 
     def __post_init__(self):

@@ -7,16 +7,18 @@ the dataloader must keep.
 
 from __future__ import annotations
 
-from datasets import IterableDataset
+from datasets import Dataset, IterableDataset
 
+from . import trl_compat
 from .advantages import ADVANTAGE_COLUMN, with_advantages
 from .config import TRL_MAX_COMPLETION_LENGTH
 from .errors import EchoTrlError
+from .token_cache import TOKEN_COLUMNS, tokenize_dataset
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
                       "behavior_logprobs", ADVANTAGE_COLUMN, "valid_tool_call_pct", "parse_clean_pct",
-                      "correct_pct"]
+                      "correct_pct", *TOKEN_COLUMNS]
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -73,13 +75,58 @@ def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
                            "log-probs the world term reuses; it is not supported")
 
 
-def prepare_eval(eval_dataset, scale_rewards: str):
-    """Held-out trajectories with advantages and :data:`EVAL_INDEX_COLUMN`; anything else as is."""
+def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
+    """Held-out trajectories with advantages and :data:`EVAL_INDEX_COLUMN` (and, given ``tokenizer``, their
+    cached tokens: :func:`with_tokens`); anything else as is."""
     if isinstance(eval_dataset, dict):
-        return {k: prepare_eval(v, scale_rewards) for k, v in eval_dataset.items()}
+        return {k: prepare_eval(v, scale_rewards, tokenizer) for k, v in eval_dataset.items()}
     if eval_dataset is None or not is_trajectory_dataset(eval_dataset):
         return eval_dataset
     ds = with_advantages(eval_dataset, scale_rewards, "eval_dataset")
     if EVAL_INDEX_COLUMN in ds.column_names:
         ds = ds.remove_columns(EVAL_INDEX_COLUMN)
-    return ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
+    ds = ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
+    return ds if tokenizer is None else with_tokens(ds, tokenizer)
+
+
+def with_tokens(dataset, tokenizer):
+    """Trajectories (or a dict of them) with their cached token columns (:func:`echo_trl.token_cache.tokenize_dataset`,
+    once per dataset and tokenizer), so no training or evaluation step renders a chat template; anything else,
+    and streaming datasets (tokenized per step), as is."""
+    if isinstance(dataset, dict):
+        return {k: with_tokens(v, tokenizer) for k, v in dataset.items()}
+    if not isinstance(dataset, Dataset) or not is_trajectory_dataset(dataset):
+        return dataset
+    return tokenize_dataset(dataset, tokenizer)
+
+
+def prefix_groups(dataset) -> tuple[list, list | None]:
+    """``(group_ids, scenario_ids)`` of a trajectory dataset: what :func:`echo_trl.prefix_order.prefix_grouped_order`
+    keeps together (a group's rows share their prompt, a scenario's groups its tool preamble)."""
+    names = dataset.column_names
+    groups = list(dataset["group_id"]) if "group_id" in names else list(range(len(dataset)))
+    scenarios = list(dataset["scenario"]) if "scenario" in names else None
+    if scenarios is not None and any(s is None for s in scenarios):
+        scenarios = None
+    return groups, scenarios
+
+
+def tokenize_and_share(trainer, *, share: bool) -> None:
+    """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's
+    tokenizer (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`), and switch the
+    model(s) to prefix-tree attention when ``share``."""
+    tokenizer = trl_compat.tokenizer(trainer)
+    trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
+    trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
+    if share:
+        trl_compat.enable_prefix_sharing(trainer)
+
+
+def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> trl_compat.ResumableRepeatSampler:
+    """Each trajectory once per epoch (no ``num_generations`` repeats: groups come from ``group_id``); the repeat
+    over ``steps_per_generation x num_iterations`` is TRL's buffering of one generation batch. ``grouped``: the
+    epoch order keeps a group's (and a scenario's) rows together, for prefix sharing."""
+    return trl_compat.ResumableRepeatSampler(
+        data_source=dataset, mini_repeat_count=1, batch_size=args.generation_batch_size,
+        repeat_count=num_iterations * args.steps_per_generation, shuffle=shuffle, seed=args.seed,
+        groups=prefix_groups(dataset) if grouped else None)

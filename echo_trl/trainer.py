@@ -6,15 +6,14 @@ Kept thin: masks are built by pure modules (``collator.py`` offline, ``online_ma
 both through ``world_mask.py``), the loss by ``loss.py``, and every TRL-private attribute and call
 goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.16):
 
-* ``_generate_and_score_completions``: a batch of recorded trajectories (rows with a
-  ``completion``) is collated instead of generated (offline mode); otherwise TRL generates and
-  the env-output masks are attached afterwards (online mode);
+* ``_generate_and_score_completions``: recorded trajectories (rows with a ``completion``) are collated
+  instead of generated (offline); otherwise TRL generates and the env-output masks are attached (online);
 * ``_generate``: remembers the completion messages TRL's tool loop produced (online env mask);
 * ``_compute_loss``: adds the world term, from the log-probs of TRL's own loss forward;
-  ``evaluate``: exact held-out env CE;
-* ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each
-  recorded trajectory once per epoch (TRL's sampler repeats every prompt ``num_generations`` times), and
-  each epoch's order a function of (seed, epoch), offline and online, so a resumed run continues it;
+  ``evaluate``: exact held-out env CE; ``_get_per_token_logps_and_entropies`` / ``_prepare_inputs``:
+  offline prefix sharing (``trl_compat.shared_forward``, micro-batches in the sampler's order);
+* ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each recorded
+  trajectory once per epoch (not ``num_generations`` times), in an order of (seed, epoch): resumable;
 * ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
 * ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``cards.py``).
 """
@@ -31,23 +30,14 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from . import batch_metrics, trl_compat
+from . import batch_metrics, offline, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .cards import ECHO_PAPER, add_echo_section
 from .collator import CollatorSettings, collate_features, trajectory_features
 from .config import EchoGRPOConfig
 from .errors import EchoTrlError
 from .loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
-from .offline import (
-    EVAL_INDEX_COLUMN,
-    TRAJECTORY_COLUMNS,
-    check_settings,
-    has_behavior_logprobs,
-    is_trajectory_dataset,
-    no_reward,
-    prepare_eval,
-    recorded_reward,
-)
+from .offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
 from .online_masks import online_masks
 from .precision import FP16_WARNING, check_world_finite, uses_fp16
 from .world_eval import HeldOutTotals
@@ -79,26 +69,30 @@ class EchoGRPOTrainer(GRPOTrainer):
             args = EchoGRPOConfig(f"{str(name).split('/')[-1]}-ECHO")
         if not isinstance(args, EchoGRPOConfig):
             raise EchoTrlError(f"EchoGRPOTrainer needs an EchoGRPOConfig, got {type(args).__name__}")
-        offline = train_dataset is not None and is_trajectory_dataset(train_dataset)
-        check_settings(args, train_dataset, offline=offline, online=bool(tools or rollout_func or environment_factory))
-        if offline:
+        is_offline = train_dataset is not None and offline.is_trajectory_dataset(train_dataset)
+        offline.check_settings(args, train_dataset, offline=is_offline,
+                               online=bool(tools or rollout_func or environment_factory))
+        if is_offline:
             train_dataset = with_advantages(train_dataset, args.scale_rewards, "train_dataset")
             reward_funcs = [recorded_reward] if reward_funcs is None else reward_funcs
         if reward_funcs is None and not args.use_policy_loss and environment_factory is None:
             reward_funcs = [no_reward]  # verifier-free ECHO: TRL wants a reward source, the world term needs none
         super().__init__(model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                         eval_dataset=prepare_eval(eval_dataset, args.scale_rewards), processing_class=processing_class,
-                         reward_processing_classes=reward_processing_classes, callbacks=callbacks,
+                         eval_dataset=offline.prepare_eval(eval_dataset, args.scale_rewards),
+                         processing_class=processing_class, reward_processing_classes=reward_processing_classes,
+                         callbacks=callbacks,
                          optimizers=optimizers, quantization_config=quantization_config, peft_config=peft_config,
                          tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
         self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
+        self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
+        offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
                                                     "set them equal (the world term then reuses TRL's log-probs)")
         if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
             trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
-        if offline and args.use_policy_loss and not has_behavior_logprobs(train_dataset):
+        if is_offline and args.use_policy_loss and not offline.has_behavior_logprobs(train_dataset):
             logger.warning("offline ECHO: the trajectories carry no behavior_logprobs, so they are treated as "
                            "on-policy (importance ratio 1 at their first update, as in GRPO without vLLM)")
         self._echo_rollouts: trl_compat.GeneratedRollouts | None = None  # the last _generate's, for the masks
@@ -112,25 +106,22 @@ class EchoGRPOTrainer(GRPOTrainer):
         """``Trainer.evaluate`` with the held-out env CE totals restarted (also after an interrupted evaluation
         or a ``predict``); trajectories passed here are prepared as ``eval_dataset`` at init is."""
         self._echo_eval.reset()
-        return super().evaluate(prepare_eval(eval_dataset, self.args.scale_rewards), ignore_keys, metric_key_prefix)
+        eval_dataset = offline.prepare_eval(eval_dataset, self.args.scale_rewards, trl_compat.tokenizer(self))
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        trl_compat.add_signature_columns(self, [*TRAJECTORY_COLUMNS, EVAL_INDEX_COLUMN])
+        trl_compat.add_signature_columns(self, [*offline.TRAJECTORY_COLUMNS, EVAL_INDEX_COLUMN])
 
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
-        if not is_trajectory_dataset(dataset):  # online: TRL's settings, resumable
+        if not offline.is_trajectory_dataset(dataset):  # online: TRL's settings, resumable
             return trl_compat.ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
-        # Each trajectory once per epoch (no num_generations repeats: groups come from group_id); the repeat
-        # over steps_per_generation x num_iterations is TRL's buffering of one generation batch.
-        return trl_compat.ResumableRepeatSampler(
-            data_source=dataset, mini_repeat_count=1, batch_size=self.args.generation_batch_size,
-            repeat_count=self.num_iterations * self.args.steps_per_generation, shuffle=self.shuffle_dataset,
-            seed=self.args.seed)
+        return offline.train_sampler(dataset, self.args, self.num_iterations, self.shuffle_dataset,
+                                     grouped=self._echo_share)
 
     def _get_eval_sampler(self, eval_dataset):
-        if not is_trajectory_dataset(eval_dataset):
+        if not offline.is_trajectory_dataset(eval_dataset):
             return super()._get_eval_sampler(eval_dataset)
         return RepeatSampler(data_source=eval_dataset, mini_repeat_count=1, shuffle=False)
 
@@ -166,6 +157,14 @@ class EchoGRPOTrainer(GRPOTrainer):
         batch_metrics.log_online_batch(trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures,
                                        self.accelerator.gather)
         return output
+
+    def _prepare_inputs(self, generation_batch):
+        with trl_compat.keep_generation_order(self._echo_offline):  # offline: micro-batches in sampler order
+            return super()._prepare_inputs(generation_batch)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        shared = self._echo_share and trl_compat.shared_forward(self, model, *args, **kwargs)  # offline, exact
+        return shared or super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
 
     def _generate(self, prompts: list):
         result = super()._generate(prompts)

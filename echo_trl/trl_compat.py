@@ -21,10 +21,14 @@ of what this module relies on. When TRL changes, this module (and the overridden
 * the reference-model branch of ``_generate_and_score_completions`` (:func:`reference_logps`).
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
   ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`).
+* ``_prepare_inputs``' ``shuffle_sequence_dict`` of the generation batch before ``split_tensor_dict``
+  (:func:`keep_generation_order`), and the fused LM head the shared-prefix forward scores with
+  (:func:`shared_forward`).
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +40,8 @@ from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import RepeatSampler
 
 from .online_masks import GeneratedRollouts
+from .prefix_order import prefix_grouped_order, repeat_like_trl
+from .prefix_sharing import enable_prefix_tree_attention, shared_logps
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -200,9 +206,13 @@ def capture_loss_forward(trainer, inputs: dict[str, Any], *, hidden_states: bool
 
     def once(model, *args, **kwargs):
         del trainer._get_per_token_logps_and_entropies  # the rest of the block calls TRL's own again
-        if hidden_states:
-            with capture_hidden_states(model) as hidden:
-                result = forward(model, *args, **kwargs)
+        if hidden_states:  # the hidden states of TRL's padded layout: no shared-prefix forward here
+            token = _NO_SHARING.set(True)
+            try:
+                with capture_hidden_states(model) as hidden:
+                    result = forward(model, *args, **kwargs)
+            finally:
+                _NO_SHARING.reset(token)
             captured.hidden = torch.cat(hidden, dim=0)
         else:
             result = forward(model, *args, **kwargs)
@@ -217,6 +227,54 @@ def capture_loss_forward(trainer, inputs: dict[str, Any], *, hidden_states: bool
         yield captured
     finally:
         trainer.__dict__.pop("_get_per_token_logps_and_entropies", None)
+
+
+# --------------------------------------------------------------------------------------------
+# Prefix sharing (offline): the forward, and a generation batch split in the sampler's order
+
+_NO_SHARING = contextvars.ContextVar("echo_no_prefix_sharing", default=False)
+
+
+def enable_prefix_sharing(trainer) -> None:
+    """Prefix-tree attention on the policy (and reference) model; without a tree it runs plain SDPA.
+    Called after TRL's ``__init__`` (which installs the fused LM head :func:`shared_forward` scores with)."""
+    enable_prefix_tree_attention(trainer.model)
+    if trainer.ref_model is not None:
+        enable_prefix_tree_attention(trainer.ref_model)
+
+
+def shared_forward(trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                   compute_aux_loss=False, **multimodal) -> tuple | None:
+    """TRL 1.16's ``_get_per_token_logps_and_entropies`` result ``(logps, entropies, None)`` from one shared-prefix
+    forward of the whole micro-batch (TRL's ``batch_size`` chunking is not needed: shared rows cost less), or
+    ``None`` where it does not apply (MoE aux loss, multimodal inputs, captured hidden states): TRL's forward then."""
+    if compute_aux_loss or _NO_SHARING.get() or any(v is not None for v in multimodal.values()):
+        return None
+    with trainer.accelerator.autocast():
+        r = shared_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy,
+                         min_shared_tokens=trainer.args.prefix_sharing_min_tokens)
+    if r.total_tokens:
+        metrics(trainer, "train" if trainer.model.training else "eval")["prefix/forwarded_fraction"].append(
+            r.forwarded_tokens / r.total_tokens)
+    return r.logps, r.entropies, None
+
+
+@contextmanager
+def keep_generation_order(active: bool = True):
+    """Inside the block, TRL 1.16's ``_prepare_inputs`` splits the generation batch into micro-batches in the
+    sampler's order: its ``shuffle_sequence_dict`` (which only decorrelates micro-batches; the epoch order is
+    already random) would scatter the groups :func:`prefix_grouped_order` put together."""
+    import trl.trainer.grpo_trainer as grpo
+
+    if not active:
+        yield
+        return
+    original = grpo.shuffle_sequence_dict
+    grpo.shuffle_sequence_dict = lambda batch: batch
+    try:
+        yield
+    finally:
+        grpo.shuffle_sequence_dict = original
 
 
 def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
@@ -305,11 +363,16 @@ class ResumableRepeatSampler(RepeatSampler):
     ``e >= 1`` builds a fresh sampler and starts at epoch ``e`` (it only calls ``set_epoch(e)``), for which
     TRL's sampler gives epoch 0's order. Here ``__iter__`` re-seeds and discards the first ``e`` permutations: the
     same order as TRL's for every epoch of an uninterrupted run, and the same order after a resume.
+
+    With ``groups = (group_ids, scenario_ids)`` each epoch's order is instead
+    :func:`~echo_trl.prefix_order.prefix_grouped_order` of ``(seed, epoch)`` (a group's rows, and a scenario's
+    groups, next to each other for prefix sharing), cut and repeated exactly as TRL's.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, groups: tuple[list, list | None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.epoch = 0
+        self.groups = groups
 
     @classmethod
     def like(cls, sampler):
@@ -325,6 +388,10 @@ class ResumableRepeatSampler(RepeatSampler):
 
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1  # without set_epoch: consecutive epochs, as TRL's
+        if self.groups is not None:
+            order = prefix_grouped_order(self.groups[0], self.groups[1], seed=self.seed or 0, epoch=epoch,
+                                         shuffle=self.shuffle)
+            return repeat_like_trl(order, self.batch_size, self.repeat_count, self.mini_repeat_count)
         if self.shuffle and self.seed is not None:
             self.generator.manual_seed(self.seed)
             for _ in range(epoch):

@@ -133,3 +133,28 @@ def test_context_length_bounds_the_whole_trajectory_at_a_message_end():
     assert both.completion_ids == f.completion_ids
     whole = trajectory_features(tok, t, CollatorSettings())
     assert len(whole.completion_ids) == len(full.input_ids) - full.prompt_length and whole.truncated_tokens == 0
+
+
+@pytest.mark.parametrize("settings", [CollatorSettings(), CollatorSettings(max_completion_length=20),
+                                      CollatorSettings(world_loss_target="all", max_world_model_tokens=3,
+                                                       max_completion_length=33)], ids=["whole", "cut", "all-capped"])
+def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkeypatch, tmp_path):
+    """The trainer's rows carry cached tokens (echo_trl.token_cache): their features are the fresh ones, cuts,
+    targets and caps included, and building them renders nothing."""
+    import echo_trl.collator as collator_module
+    from echo_trl.dataset import trajectories_to_dataset
+    from echo_trl.token_cache import tokenize_dataset
+
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
+
+    tok = tiny_tokenizer("qwen3")
+    trajectories = [traj(warnings=[[], ["harness: slow down"], [], []], behavior=None),
+                    traj(outputs=("a" * 50, "b", "c"), reward=0.0)]
+    ds = trajectories_to_dataset(trajectories)
+    rows, cached = list(ds), list(tokenize_dataset(ds, tok, show_progress=False))
+    fresh = [trajectory_features(tok, row, settings) for row in rows]
+    monkeypatch.setattr(collator_module, "tokenize_with_roles", lambda *a, **k: pytest.fail("rendered a row"))
+    from_cache = [trajectory_features(tok, row, settings) for row in cached]
+    assert from_cache == fresh
+    if settings.max_completion_length:
+        assert all(f.truncated_tokens > 0 for f in from_cache)

@@ -583,7 +583,7 @@ from conftest import tiny_tokenizer
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.trainer import EchoGRPOTrainer
 
-per, out, norm = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+per, out, norm, share = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 
 class Grab(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
@@ -593,7 +593,7 @@ class Grab(TrainerCallback):
 args = EchoGRPOConfig(output_dir=os.path.dirname(out), per_device_train_batch_size=per, num_generations=2,
                       max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
                       gradient_checkpointing=False, disable_tqdm=True, shuffle_dataset=False, max_grad_norm=0.0,
-                      world_loss_normalization=norm, world_model_coeff=0.5)
+                      world_loss_normalization=norm, world_model_coeff=0.5, prefix_sharing=share)
 EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), processing_class=tiny_tokenizer("qwen3"),
                 callbacks=[Grab()]).train()
 if torch.distributed.is_initialized():  # gloo's threads must stop before exit (else an abort at teardown)
@@ -601,10 +601,19 @@ if torch.distributed.is_initialized():  # gloo's threads must stop before exit (
 """
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize("normalization", ["sequence"])
 def test_two_processes_give_the_single_process_gradient(tmp_path, normalization):
     """Real data parallelism (torchrun, 2 CPU processes, gloo): the all-reduced gradient of 2 x 2 trajectories
-    equals the gradient of the same 4 trajectories in one process (global counts, not per-process means)."""
+    equals the gradient of the same 4 trajectories in one process (global counts, not per-process means); the
+    two processes forward shared prefixes once (prefix_sharing), the one process does not."""
     import os
     import subprocess
     import sys
@@ -613,11 +622,11 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
     script = tmp_path / "ddp_run.py"
     script.write_text(_DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, str(script), "4", str(tmp_path / "single.pt"), normalization],
+    single = subprocess.run([sys.executable, str(script), "4", str(tmp_path / "single.pt"), normalization, "0"],
                             env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", "29517", str(script), "2", str(tmp_path / "ddp.pt"), normalization],
+                          "--master_port", str(_free_port()), str(script), "2", str(tmp_path / "ddp.pt"), normalization, "1"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
@@ -682,11 +691,10 @@ def test_fp16_autocast_warns_once_bf16_autocast_does_not(tmp_path, recwarn):
 def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(tmp_path, monkeypatch):
     """NaN at one env token only (the action tokens are fine): an error naming the step and the quantity,
     raised in the first micro-batch, before any optimizer step (the weights are unchanged)."""
-    from trl import GRPOTrainer
 
     trainer = make_trainer(tmp_path, world_model_coeff=0.05, shuffle_dataset=False)
     row, col = batch(trainer)["env_output_mask"].nonzero()[0].tolist()  # unshuffled: training sees this batch
-    forward = GRPOTrainer._get_per_token_logps_and_entropies
+    forward = EchoGRPOTrainer._get_per_token_logps_and_entropies  # the shared-prefix forward (prefix_sharing)
 
     def with_nan(self, *args, **kwargs):
         logps, *rest = forward(self, *args, **kwargs)
@@ -694,7 +702,7 @@ def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(t
         logps[row, col] = float("nan")
         return logps, *rest
 
-    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", with_nan)
+    monkeypatch.setattr(EchoGRPOTrainer, "_get_per_token_logps_and_entropies", with_nan)
     before = copy.deepcopy(trainer.model.state_dict())
     with pytest.raises(EchoTrlError, match=r"optimizer step 1: the world-model cross-entropy on environment-output "
                                            r"tokens is nan .*GRPO term is non-finite too.*bf16"):

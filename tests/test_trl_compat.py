@@ -39,7 +39,24 @@ HOOKS = {
     "_save_rng_state": ["self", "output_dir"],
     "_load_rng_state": ["self", "checkpoint"],
     "_get_tool_suffix_ids": ["self", "tool_messages"],
+    "_prepare_inputs": ["self", "generation_batch"],
 }
+
+
+def test_prepare_inputs_shuffles_then_splits_through_module_globals():
+    """keep_generation_order swaps ``shuffle_sequence_dict`` in TRL's grpo_trainer module: TRL 1.16's
+    ``_prepare_inputs`` must still call it by that global name, before ``split_tensor_dict``."""
+    import trl.trainer.grpo_trainer as grpo
+
+    source = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert source.index("shuffle_sequence_dict(") < source.index("split_tensor_dict(")
+    original = grpo.shuffle_sequence_dict
+    with trl_compat.keep_generation_order(True):
+        batch = {"x": torch.arange(6)}
+        assert grpo.shuffle_sequence_dict(batch) is batch
+    assert grpo.shuffle_sequence_dict is original
+    with trl_compat.keep_generation_order(False):
+        assert grpo.shuffle_sequence_dict is original
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -97,7 +114,7 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
 def test_compute_loss_runs_one_capturable_forward(tmp_path):
     """TRL's ``_compute_loss`` computes its log-probs with exactly one ``_get_per_token_logps_and_entropies``
     call; the capture records it and fills NaN old log-probs in before TRL reads them."""
-    trainer = make_trainer(tmp_path)
+    trainer = make_trainer(tmp_path, prefix_sharing=False)  # TRL's own forward, counted below
     inputs = batch(trainer)
     calls = []
     original = GRPOTrainer._get_per_token_logps_and_entropies
