@@ -97,6 +97,14 @@ def memory_method() -> str:
     return "peak RSS delta (Linux VmHWM reset via /proc/self/clear_refs), glibc mmap threshold pinned"
 
 
+def ratio(x: float, y: float) -> float:
+    """``x / y`` for measured amounts that may both be 0 (a step that allocated nothing above its start):
+    equal amounts are a ratio of 1; something against nothing is infinite (and says so in the JSON)."""
+    if y == 0:
+        return 1.0 if x == 0 else float("inf")
+    return x / y
+
+
 def measure_call(fn: Callable[[], object]) -> tuple[float, float]:
     """``(seconds, peak memory above the level at the call, MiB)`` of one ``fn()``.
 

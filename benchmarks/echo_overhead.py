@@ -35,6 +35,7 @@ from common import (  # noqa: E402
     median,
     memory_method,
     parser,
+    ratio,
     report,
     setup,
 )
@@ -101,7 +102,7 @@ def run(args) -> dict:
     # Paired ratios (same rows, back to back, order alternating): their median is the headline, robust to the
     # load drift of a shared machine; their spread is this machine's noise. The ratio of medians is kept too.
     rep_ratios = [x / y for x, y in zip(results[names[0]]["seconds"], results[names[1]]["seconds"], strict=True)]
-    rep_mem = [x / y for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
+    rep_mem = [ratio(x, y) for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
     time_ratio, mem_ratio = median(rep_ratios), median(rep_mem)
     rows = [(k, f"{v['seconds']:.3f}", f"{v['peak_mb']:.0f}") for k, v in med.items()]
     rows.append(("ratio echo / grpo (median of paired)", f"{time_ratio:.3f}", f"{mem_ratio:.3f}"))
@@ -109,7 +110,7 @@ def run(args) -> dict:
         "benchmark": "echo_overhead", "quick": quick, "time_ratio": round(time_ratio, 4),
         "memory_ratio": round(mem_ratio, 4), "time_goal": TIME_GOAL, "memory_goal": MEMORY_GOAL,
         "time_ratio_of_medians": round(a["seconds"] / b["seconds"], 4),
-        "memory_ratio_of_medians": round(a["peak_mb"] / b["peak_mb"], 4),
+        "memory_ratio_of_medians": round(ratio(a["peak_mb"], b["peak_mb"]), 4),
         "time_ratio_per_repetition": [round(x, 4) for x in rep_ratios],
         "memory_ratio_per_repetition": [round(x, 4) for x in rep_mem],
         "median_step_seconds": {k: round(v["seconds"], 4) for k, v in med.items()},

@@ -29,6 +29,7 @@ from common import (  # noqa: E402
     median,
     memory_method,
     parser,
+    ratio,
     report,
     setup,
 )
@@ -113,7 +114,7 @@ def run(args) -> dict:
         state["i"] += 1
 
     ratios = [x / y for x, y in zip(results[names[0]]["seconds"], results[names[1]]["seconds"], strict=True)]
-    mem_ratios = [x / y for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
+    mem_ratios = [ratio(x, y) for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
     med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}
     tokens = sum(len(id_rows[i]) for i in range(batch)) if id_rows else 0
     out = {
