@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .errors import EchoTrlError
 from .progress import progress
 from .roles import MESSAGE_ROLES
-from .tokenization import RoleTokens, tokenize_batch
+from .tokenization import tokenize_rows
 
 #: The roles counted (``RoleTokens.counts``: the template's tool-message wrapper counts as context).
 ROLES = tuple(r.value for r in MESSAGE_ROLES)
@@ -39,15 +38,7 @@ def token_stats(tokenizer, dataset, *, max_length: int | None = None, batch_size
     for start in progress(range(0, n, batch_size), desc="tokenizing", unit="batch",
                           total=(n + batch_size - 1) // batch_size, enable=show_progress):
         rows = dataset.select(range(start, min(start + batch_size, n)))
-        try:
-            results: list[RoleTokens] = tokenize_batch(tokenizer, list(rows), max_length=max_length)
-        except EchoTrlError:  # find the row, so the message can name it
-            for i, row in enumerate(rows):
-                try:
-                    tokenize_batch(tokenizer, [row], max_length=max_length)
-                except EchoTrlError as exc:
-                    raise type(exc)(f"row {start + i}: {exc}") from None
-            raise
+        results = tokenize_rows(tokenizer, list(rows), list(range(start, start + len(rows))), max_length=max_length)
         for row, rt in zip(rows, results, strict=True):
             counts = rt.counts()
             scen = row["scenario"]

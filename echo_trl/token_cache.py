@@ -25,8 +25,7 @@ import datasets
 import numpy as np
 from datasets import Features, List, Value
 
-from .errors import EchoTrlError
-from .tokenization import RoleTokens, tokenize_batch
+from .tokenization import RoleTokens, tokenize_rows
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
 LAYOUT_VERSION = "2"  # 2: special-token text inside a conversation is tokenized as text
@@ -69,15 +68,8 @@ def _fingerprint(ds: datasets.Dataset, tokenizer) -> str:
 
 def _tokenize_rows(batch: dict[str, list], indices: list[int], tokenizer) -> dict[str, list]:
     rows = [{k: v[i] for k, v in batch.items()} for i in range(len(indices))]
-    try:
-        tokens = tokenize_batch(tokenizer, rows)
-    except EchoTrlError:
-        for index, row in zip(indices, rows, strict=True):  # name the row that fails
-            try:
-                tokenize_batch(tokenizer, [row])
-            except EchoTrlError as exc:
-                raise EchoTrlError(f"row {index} (group_id {row.get('group_id')!r}): {exc}") from None
-        raise
+    tokens = tokenize_rows(tokenizer, rows, indices,
+                           label=lambda index, row: f"row {index} (group_id {row.get('group_id')!r})")
     return {IDS: [t.input_ids for t in tokens], ROLES: [t.roles.tolist() for t in tokens],
             PROMPT_LENGTH: [t.prompt_length for t in tokens],
             MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens]}

@@ -20,6 +20,7 @@ output with the newline after it counts as env output).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,6 +240,21 @@ def tokenize_batch(
         if lay.template_specials is not None:
             encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
     return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target) for lay in layouts]
+
+
+def tokenize_rows(tokenizer, rows: list[dict[str, Any]], indices: list[int], *, max_length: int | None = None,
+                  label: Callable[[int, dict[str, Any]], str] | None = None) -> list[RoleTokens]:
+    """:func:`tokenize_batch`, and on failure the same error naming the row that fails (``row N``, or
+    ``label(index, row)``): found by retrying row by row, so the batched encode stays the fast path."""
+    try:
+        return tokenize_batch(tokenizer, rows, max_length=max_length)
+    except EchoTrlError:
+        for index, row in zip(indices, rows, strict=True):
+            try:
+                tokenize_batch(tokenizer, [row], max_length=max_length)
+            except EchoTrlError as exc:
+                raise type(exc)(f"{label(index, row) if label else f'row {index}'}: {exc}") from None
+        raise
 
 
 def _assign(lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:

@@ -61,7 +61,7 @@ def test_second_call_reuses_the_cache_without_tokenizing(saved, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("tokenized again")
 
-    monkeypatch.setattr(token_cache, "tokenize_batch", boom)
+    monkeypatch.setattr(token_cache, "tokenize_rows", boom)
     again = tokenize_dataset(saved, tok)  # a new run: same dataset, same tokenizer
     assert again[TOKEN_COLUMNS[0]] == first[TOKEN_COLUMNS[0]]
 

@@ -52,7 +52,7 @@ def _no_rendering(monkeypatch):
 
     for module, name in [(collator, "tokenize_with_roles"), (tokenization, "tokenize_batch"),
                          (tokenization, "tokenize_with_roles"), (tokenization, "layout"),
-                         (token_cache, "tokenize_batch")]:
+                         (token_cache, "tokenize_rows")]:
         monkeypatch.setattr(module, name, boom)
 
 
