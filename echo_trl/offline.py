@@ -13,7 +13,7 @@ from . import trl_compat
 from .advantages import ADVANTAGE_COLUMN, with_advantages
 from .config import TRL_MAX_COMPLETION_LENGTH
 from .errors import EchoTrlError
-from .token_cache import TOKEN_COLUMNS, tokenize_dataset
+from .token_cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
@@ -118,6 +118,11 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
     tokenizer = trl_compat.tokenizer(trainer)
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
+    limit = trainer.args.max_completion_length
+    check_completion_room(trainer.train_dataset, limit, "train_dataset")
+    evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
+    for key, ds in evals.items():
+        check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
     if share:
         trl_compat.enable_prefix_sharing(trainer)
 
@@ -130,3 +135,24 @@ def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped:
         data_source=dataset, mini_repeat_count=1, batch_size=args.generation_batch_size,
         repeat_count=num_iterations * args.steps_per_generation, shuffle=shuffle, seed=args.seed,
         groups=prefix_groups(dataset) if grouped else None)
+
+
+def check_completion_room(dataset, limit: int | None, name: str) -> None:
+    """Every trajectory keeps at least one completion message under ``max_completion_length``.
+
+    Completions are cut at message ends, so a limit shorter than a row's first message leaves that row
+    with no completion token at all: it would train nothing, and a batch of such rows makes an empty
+    completion that TRL's loss cannot take (a tensor-size RuntimeError deep in the step). Read from the
+    cached token columns (:mod:`echo_trl.token_cache`): no second tokenization.
+    """
+    if limit is None or not isinstance(dataset, Dataset) or not set(TOKEN_COLUMNS) <= set(dataset.column_names):
+        return
+    if limit < 1:
+        raise EchoTrlError(f"--max_completion_length {limit}: expected a positive number of tokens")
+    firsts = [ends[0] - p if ends else 0 for p, ends in zip(dataset[PROMPT_LENGTH], dataset[MESSAGE_ENDS], strict=True)]
+    empty = [n for n in firsts if n > limit]
+    if empty:
+        raise EchoTrlError(
+            f"--max_completion_length {limit} keeps no completion token of {len(empty)} of {len(firsts)} trajectories "
+            f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
+            f"{max(empty)} tokens): use at least {max(firsts)}")

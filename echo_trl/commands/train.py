@@ -91,35 +91,10 @@ def main(argv: list[str]) -> int:
     return run_training(script_args, training_args, model_args)
 
 
-def check_completion_room(tokenizer, dataset, limit: int | None, name: str) -> None:
-    """Every trajectory keeps at least one completion message under ``max_completion_length``.
-
-    Completions are cut at message ends, so a limit shorter than a row's first message leaves that row
-    with no completion token at all: it would train nothing, and a batch of such rows makes an empty
-    completion that TRL's loss cannot take (a tensor-size RuntimeError deep in the step).
-    """
-    from ..tokenization import tokenize_batch
-
-    if limit is None:
-        return
-    if limit < 1:
-        raise EchoTrlError(f"--max_completion_length {limit}: expected a positive number of tokens")
-    firsts = []
-    for start in range(0, len(dataset), 256):
-        for t in tokenize_batch(tokenizer, list(dataset.select(range(start, min(start + 256, len(dataset)))))):
-            firsts.append(t.message_token_spans[0][1] - t.prompt_length if t.message_token_spans else 0)
-    empty = [n for n in firsts if n > limit]
-    if empty:
-        raise EchoTrlError(
-            f"--max_completion_length {limit} keeps no completion token of {len(empty)} of {len(firsts)} trajectories "
-            f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
-            f"{max(empty)} tokens): use at least {max(firsts)}")
-
-
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from ..loading import load_tokenizer, locate, resolve_checkpoint
+    from ..loading import locate, resolve_checkpoint
     from ..trainer import EchoGRPOTrainer
 
     if not model_args.model_name_or_path:
@@ -143,11 +118,6 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
                                "trajectories with --eval_dataset_name DIR")
         else:
             eval_dataset = _load_split(script_args.dataset_name, script_args.dataset_test_split)
-    # the trainer loads its own (left-padded) copy; this one only measures the first completion messages
-    tokenizer = load_tokenizer(model_args.model_name_or_path, trust_remote_code=training_args.trust_remote_code)
-    for ds, name in ((train_dataset, script_args.dataset_name), (eval_dataset, "the eval dataset")):
-        if ds is not None:
-            check_completion_room(tokenizer, ds, training_args.max_completion_length, name)
     model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
                              attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
     model_init_kwargs.update(training_args.model_init_kwargs or {})
