@@ -95,3 +95,12 @@ def _explicitly_unsafe_where_no_sandbox(request, monkeypatch):
         return original(unsafe_no_sandbox or not sandbox.detect_containment().contained)
 
     monkeypatch.setattr(sandbox, "require_containment", require)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (for torch.distributed / accelerate rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import free_port
 
 from echo_trl.dataset import build_awm_dataset, load_echo_dataset, save_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
@@ -52,10 +52,6 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +109,7 @@ def runs(assets):
     results = {}
     for name, launcher, per_device in [
         ("ddp", ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
                  "-m", "echo_trl.cli"], 4),
         ("single", [sys.executable, "-m", "echo_trl.cli"], 8),
     ]:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_tokenizer
+from conftest import free_port, tiny_tokenizer
 from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
@@ -601,14 +601,6 @@ if torch.distributed.is_initialized():  # gloo's threads must stop before exit (
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("normalization", ["sequence"])
 def test_two_processes_give_the_single_process_gradient(tmp_path, normalization):
     """Real data parallelism (torchrun, 2 CPU processes, gloo): the all-reduced gradient of 2 x 2 trajectories
@@ -626,7 +618,7 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
                             env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(_free_port()), str(script), "2", str(tmp_path / "ddp.pt"), normalization, "1"],
+                          "--master_port", str(free_port()), str(script), "2", str(tmp_path / "ddp.pt"), normalization, "1"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
