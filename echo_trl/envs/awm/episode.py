@@ -221,13 +221,16 @@ class AWMRuntime:
                     raise ValueError("give task_idx or task")
                 task = self.scenario.task(task_idx)
             notes = []
-            if not self.server.alive():
+            restart = not self.server.alive()
+            if restart:
                 notes.append(f"{self.server.exit_description()}; restarted")
-                self._start_server()
+                self.server.stop()
             t0 = time.perf_counter()
-            if self.episodes_started:
+            if self.episodes_started:  # before a restarted server opens the file, never under its start-up
                 copy_database(self.initial_db, self.live_db)
             self.timings["reset"] = time.perf_counter() - t0
+            if restart:
+                self._start_server()
             session = self._session()
             self.episodes_started += 1
             self._episode = Episode(self, task, task_idx, session, notes)
