@@ -204,3 +204,37 @@ def test_restart_after_sigkill_takes_over_the_socket_path(scenario, expected_too
                 listener.close()
     assert root is not None and not root.exists()
     assert set(Path(tempfile.gettempdir()).glob("echo_trl_awm_*")) <= dirs_before
+
+
+def test_initialize_answered_500_by_a_live_server_is_retried_and_nothing_else_is(monkeypatch):
+    """A just-started server may answer its first MCP initialize with HTTP 500: open() retries that while the
+    server is alive; other failures (and a dead server's) are reported at once."""
+    import httpx
+
+    from echo_trl.envs.awm import mcp_client
+
+    def failure(status):
+        response = httpx.Response(status, request=httpx.Request("POST", "http://awm-scenario/mcp"))
+        error = mcp_client.MCPError("MCP connect + initialize failed")
+        error.server_error = mcp_client._server_error(
+            ExceptionGroup("anyio", [httpx.HTTPStatusError("x", request=response.request, response=response)]))
+        return error
+
+    monkeypatch.setattr(mcp_client.MCPSession, "STARTUP_DELAY", 0.0)
+    for status, alive, expect_calls, opens in [(500, True, 3, True), (404, True, 1, False), (500, False, 1, False)]:
+        calls = []
+
+        def once(self, status=status, calls=calls):
+            calls.append(1)
+            if len(calls) < 3:
+                raise failure(status)
+            return self
+
+        monkeypatch.setattr(mcp_client.MCPSession, "_open_once", once)
+        session = mcp_client.MCPSession("/nonexistent.sock", alive=lambda alive=alive: alive)
+        if opens:
+            assert session.open() is session
+        else:
+            with pytest.raises(mcp_client.MCPError):
+                session.open()
+        assert len(calls) == expect_calls, (status, alive)

@@ -107,7 +107,23 @@ class MCPSession:
         finally:
             self._session = None
 
+    #: A server that has just started can answer its first MCP initialize with HTTP 500 although it already
+    #: accepts connections (seen after restarts under load): retried briefly while the server is alive.
+    STARTUP_RETRIES, STARTUP_DELAY = 4, 0.25
+
     def open(self) -> MCPSession:
+        """Connect and initialize; an HTTP 5xx from a live server is retried (:data:`STARTUP_RETRIES`)."""
+        for attempt in range(self.STARTUP_RETRIES + 1):
+            try:
+                return self._open_once()
+            except MCPError as exc:
+                alive = self.alive is None or self.alive()
+                if not (getattr(exc, "server_error", False) and alive) or attempt == self.STARTUP_RETRIES:
+                    raise
+                time.sleep(self.STARTUP_DELAY * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _open_once(self) -> MCPSession:
         async def start():
             ready = asyncio.get_running_loop().create_future()
             self._task = asyncio.ensure_future(self._own(ready))
@@ -121,7 +137,9 @@ class MCPSession:
             raise
         except Exception as exc:
             self.close()
-            raise MCPError(f"MCP connect + initialize failed: {_describe(exc)}") from None
+            error = MCPError(f"MCP connect + initialize failed: {_describe(exc)}")
+            error.server_error = _server_error(exc)
+            raise error from None
         return self
 
     def _call(self, coro_fn, what: str, timeout: float | None) -> Any:
@@ -191,6 +209,14 @@ class MCPSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _server_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or any exception in an anyio ExceptionGroup) is an HTTP 5xx answer."""
+    inner = getattr(exc, "exceptions", None)
+    if inner:
+        return any(_server_error(e) for e in inner)
+    return getattr(getattr(exc, "response", None), "status_code", 0) >= 500
 
 
 def _describe(exc: BaseException) -> str:
