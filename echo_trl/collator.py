@@ -8,8 +8,9 @@ are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``com
 * ``tool_mask`` = action tokens (TRL multiplies it into ``completion_mask`` for the policy loss,
   so only the agent's own tokens get policy gradient, exactly as in TRL's multi-turn tool loop);
 * ``env_output_mask`` / ``warning_mask`` = the ECHO roles, ``world_mask`` = :func:`echo_trl.world_mask.world_mask`;
-* ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions (NaN for
-  rows that have none: the trainer treats those rows as on-policy).
+* ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions, else the
+  starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.behavior`),
+  else NaN (``"current"``: the trainer fills in the policy's own, importance ratio 1).
 
 Everything here is pure (a tokenizer and Python/torch values; no trainer, no model).
 """
@@ -30,6 +31,9 @@ from .roles import Role, Trajectory
 from .token_cache import has_tokens, row_tokens
 from .tokenization import tokenize_with_roles
 from .world_mask import world_mask
+
+#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.behavior`).
+INITIAL_LOGPS = "echo_initial_logprobs"
 
 
 @dataclass(frozen=True)
@@ -94,22 +98,33 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         action_mask=action.astype(np.int64).tolist(),
         env_output_mask=(roles == Role.ENV_OUTPUT.code).astype(np.int64).tolist(),
         warning_mask=(roles == Role.WARNING.code).astype(np.int64).tolist(), world_mask=world.astype(np.int64).tolist(),
-        behavior_logps=_behavior_logps(trajectory, action, int((full.roles == Role.ACTION.code).sum())),
+        behavior_logps=_behavior_logps(trajectory, action, int((full.roles == Role.ACTION.code).sum()),
+                                       row.get(INITIAL_LOGPS) if isinstance(row, dict) else None),
         truncated_tokens=tokens.truncated_tokens, quality=quality, passes=passes)
 
 
-def _behavior_logps(trajectory: Trajectory, action: np.ndarray, n_action_full: int) -> list[float] | None:
-    """The recorded behavior log-probs at the (kept) action positions, NaN elsewhere."""
+def _behavior_logps(trajectory: Trajectory, action: np.ndarray, n_action_full: int,
+                    initial: list[float] | None) -> list[float] | None:
+    """The behaviour log-probs at the (kept) action positions, NaN elsewhere: the recorded ones (one per
+    action token of the whole trajectory), else the starting model's (one per *kept* action token)."""
     if trajectory.behavior_logprobs is None:
-        return None
-    recorded = list(trajectory.behavior_logprobs)
-    if len(recorded) != n_action_full:
-        raise DatasetSchemaError(
-            f"trajectory {trajectory.group_id!r}: behavior_logprobs has {len(recorded)} values for "
-            f"{n_action_full} action tokens under this tokenizer; record one log-prob per action token "
-            "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with")
+        if initial is None:
+            return None
+        if len(initial) != int(action.sum()):
+            raise DatasetSchemaError(
+                f"trajectory {trajectory.group_id!r}: {INITIAL_LOGPS} has {len(initial)} values for "
+                f"{int(action.sum())} kept action tokens (computed under other truncation settings); drop the "
+                "column and the trainer computes its own")
+        values = initial
+    else:
+        values = list(trajectory.behavior_logprobs)
+        if len(values) != n_action_full:
+            raise DatasetSchemaError(
+                f"trajectory {trajectory.group_id!r}: behavior_logprobs has {len(values)} values for "
+                f"{n_action_full} action tokens under this tokenizer; record one log-prob per action token "
+                "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with")
     behavior = [math.nan] * len(action)
-    for pos, value in zip(np.flatnonzero(action), recorded, strict=False):
+    for pos, value in zip(np.flatnonzero(action), values, strict=False):
         behavior[int(pos)] = float(value)
     return behavior
 

@@ -25,6 +25,9 @@ WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
 #: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
 TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 
+#: What stands in for the behaviour policy of offline rows without recorded log-probs (see ``behavior_policy``).
+BEHAVIOR_POLICIES = ("initial", "current")
+
 #: Above this lambda the paper saw the agent collapse onto dull, predictable commands.
 COEFF_WARNING_THRESHOLD = 0.1
 
@@ -114,6 +117,16 @@ class EchoGRPOConfig(GRPOConfig):
             micro-batch (still each trajectory once per epoch). Not applied online (see docs/prefix_sharing.md).
         prefix_sharing_min_tokens (`int`, *optional*, defaults to `64`):
             Shorter common prefixes are forwarded per row (sharing them costs more than it saves).
+
+        > Parameters that control the behaviour policy offline
+
+        behavior_policy (`str`, *optional*, defaults to `"initial"`):
+            Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
+            `"initial"`: the starting model's log-probs, computed once per run (one no-gradient forward per
+            trajectory, cached with the tokenized dataset; `echo_trl.behavior`), so GRPO's clipping bounds how far
+            training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
+            policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
+            carry `behavior_logprobs` always use them. See docs/training.md for the measurements behind the default.
     """
 
     world_model_coeff: float = field(
@@ -215,6 +228,15 @@ class EchoGRPOConfig(GRPOConfig):
         metadata={"help": "Common prefixes shorter than this many tokens are forwarded per row (prefix_sharing)."},
     )
 
+    behavior_policy: str = field(
+        default="initial",
+        metadata={"help": "Offline, for trajectories without behavior_logprobs: the importance ratio's behaviour "
+                  "policy. 'initial': the starting model (its log-probs computed once per run, cached), so clipping "
+                  "bounds the drift from it; 'current': the policy at each update (ratio 1, clipping never binds "
+                  "across steps). Recorded behavior_logprobs are always used where present.",
+                  "choices": list(BEHAVIOR_POLICIES)},
+    )
+
     def __post_init__(self):
         super().__post_init__()
         validate_echo_settings(self)
@@ -266,6 +288,8 @@ def validate_echo_settings(args) -> None:
             bad(f"{name} is a percentage in [0, 100], got {v!r}")
     if args.max_world_model_tokens is not None and args.max_world_model_tokens <= 0:
         bad(f"max_world_model_tokens must be > 0 (or None for all), got {args.max_world_model_tokens}")
+    if args.behavior_policy not in BEHAVIOR_POLICIES:
+        bad(f"behavior_policy must be one of {', '.join(BEHAVIOR_POLICIES)}, got {args.behavior_policy!r}")
     peak = max([args.world_model_coeff, *(values or [])])
     if not args.use_policy_loss and peak == 0:
         bad("use_policy_loss=False with world_model_coeff=0 leaves nothing to train")

@@ -7,10 +7,13 @@ the dataloader must keep.
 
 from __future__ import annotations
 
+import logging
+
 from datasets import Dataset, IterableDataset
 
 from . import trl_compat
 from .advantages import ADVANTAGE_COLUMN, with_advantages
+from .collator import INITIAL_LOGPS
 from .config import TRL_MAX_COMPLETION_LENGTH
 from .errors import EchoTrlError
 from .token_cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
@@ -18,7 +21,9 @@ from .token_cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_da
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
                       "behavior_logprobs", ADVANTAGE_COLUMN, "valid_tool_call_pct", "parse_clean_pct",
-                      "correct_pct", *TOKEN_COLUMNS]
+                      "correct_pct", INITIAL_LOGPS, *TOKEN_COLUMNS]
+logger = logging.getLogger(__name__)
+
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -111,10 +116,13 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
     return groups, scenarios
 
 
-def tokenize_and_share(trainer, *, share: bool) -> None:
-    """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's
-    tokenizer (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`), and switch the
-    model(s) to prefix-tree attention when ``share``."""
+def prepare_offline(trainer, settings, *, share: bool) -> None:
+    """At trainer init (after TRL's, before any update): tokenize the train and eval trajectories once with the
+    trainer's tokenizer (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`), switch the
+    model(s) to prefix-tree attention when ``share``, and add the starting model's log-probs where
+    ``behavior_policy="initial"`` needs them (:mod:`echo_trl.behavior`). Online, only the eval trajectories."""
+    from .behavior import add_initial_logprobs
+
     tokenizer = trl_compat.tokenizer(trainer)
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
@@ -125,6 +133,13 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
         check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
     if share:
         trl_compat.enable_prefix_sharing(trainer)
+    if not is_trajectory_dataset(trainer.train_dataset):
+        return  # online
+    add_initial_logprobs(trainer, settings, share=share)
+    args = trainer.args
+    if args.use_policy_loss and args.behavior_policy == "current" and not has_behavior_logprobs(trainer.train_dataset):
+        logger.warning("offline ECHO: the trajectories carry no behavior_logprobs and behavior_policy='current': each "
+                       "update treats them as on-policy (importance ratio 1, as in GRPO without vLLM)")
 
 
 def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> trl_compat.ResumableRepeatSampler:

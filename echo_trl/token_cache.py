@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +77,10 @@ def _tokenize_rows(batch: dict[str, list], indices: list[int], tokenizer) -> dic
             MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens]}
 
 
-def _cache_file(ds: datasets.Dataset, fingerprint: str) -> str | None:
-    """Next to the dataset's own Arrow files when that directory is writable (datasets' convention),
-    else under :func:`cache_root`; ``None`` (keep in memory) when neither can be written."""
+def cache_file_for(ds: datasets.Dataset, prefix: str, fingerprint: str) -> str | None:
+    """Where a derived column set of ``ds`` is cached: next to the dataset's own Arrow files when that
+    directory is writable (datasets' convention), else under :func:`cache_root`; ``None`` (keep in
+    memory) when neither can be written."""
     candidates = [Path(f["filename"]).parent for f in ds.cache_files[:1]] + [cache_root()]
     for directory in candidates:
         try:
@@ -85,7 +88,7 @@ def _cache_file(ds: datasets.Dataset, fingerprint: str) -> str | None:
         except OSError:
             continue
         if os.access(directory, os.W_OK):
-            return str(directory / f"echo-tokens-{fingerprint}.arrow")
+            return str(directory / f"{prefix}-{fingerprint}.arrow")
     return None
 
 
@@ -97,17 +100,25 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, *, show_progress: bool | N
     """
     ds = ds.remove_columns([c for c in TOKEN_COLUMNS if c in ds.column_names])
     fingerprint = _fingerprint(ds, tokenizer)
-    cache_file = _cache_file(ds, fingerprint)
-    disable = show_progress is False or (show_progress is None and os.environ.get("ECHO_TRL_PROGRESS") == "0")
-    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
-    if disable:
-        datasets.disable_progress_bars()
-    try:
+    cache_file = cache_file_for(ds, "echo-tokens", fingerprint)
+    with map_progress(show_progress):
         return ds.map(_tokenize_rows, batched=True, batch_size=64, with_indices=True,
                       fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=fingerprint,
                       cache_file_name=cache_file, keep_in_memory=cache_file is None,
                       features=Features({**ds.features, **TOKEN_FEATURES}),
                       desc="tokenizing trajectories (once per tokenizer)")
+
+
+@contextmanager
+def map_progress(show: bool | None) -> Iterator[None]:
+    """``datasets``' progress bars inside the block: off when ``show`` is False (or None with
+    ``ECHO_TRL_PROGRESS=0``), as they were afterwards."""
+    disable = show is False or (show is None and os.environ.get("ECHO_TRL_PROGRESS") == "0")
+    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
+    if disable:
+        datasets.disable_progress_bars()
+    try:
+        yield
     finally:
         if disable and was_enabled:
             datasets.enable_progress_bars()

@@ -85,16 +85,13 @@ class EchoGRPOTrainer(GRPOTrainer):
                          tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
         self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
-        offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
+        offline.prepare_offline(self, self._echo_settings, share=self._echo_share)  # tokens once; see its doc
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
                                                     "set them equal (the world term then reuses TRL's log-probs)")
         if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
             trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
-        if is_offline and args.use_policy_loss and not offline.has_behavior_logprobs(train_dataset):
-            logger.warning("offline ECHO: the trajectories carry no behavior_logprobs, so they are treated as "
-                           "on-policy (importance ratio 1 at their first update, as in GRPO without vLLM)")
         self._echo_rollouts: trl_compat.GeneratedRollouts | None = None  # the last _generate's, for the masks
         self._echo_eval = HeldOutTotals()
         self._echo_warned: set[str] = set()

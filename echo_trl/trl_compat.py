@@ -10,7 +10,7 @@ of what this module relies on. When TRL changes, this module (and the overridden
   :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`);
 * ``_generate``'s 8-tuple (:func:`generated_rollouts`);
 * ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
-  :func:`run_loss_forward`, :func:`policy_logps`);
+  :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`);
 * ``RepeatSampler``'s fields and its one-generator-per-sampler shuffling (:class:`ResumableRepeatSampler`);
 * ``GRPOTrainer._get_tool_suffix_ids``: how the tool loop renders the tokens after a tool call
   (a dummy user/assistant conversation, the tool messages, the next generation prompt; sliced
@@ -181,6 +181,29 @@ def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batc
     logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
                                                              batch_size=batch_size)
     return logps
+
+
+def starting_policy_logps(trainer, input_ids, attention_mask, logits_to_keep, *, share: bool) -> torch.Tensor:
+    """Per-token log-probs of ``trainer.model`` as TRL 1.16's loss forward computes them (its temperature, the
+    accelerator's autocast; the shared-prefix forward when ``share``), without gradient and without logging
+    metrics: the behaviour policy's of :mod:`echo_trl.behavior`, at trainer init."""
+    from trl import GRPOTrainer
+
+    model, args = trainer.model, trainer.args
+    with torch.no_grad(), trainer.accelerator.autocast():
+        if share:
+            return shared_logps(model, input_ids, attention_mask, logits_to_keep,
+                                min_shared_tokens=args.prefix_sharing_min_tokens).logps
+        return GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, input_ids, attention_mask,
+                                                              logits_to_keep, batch_size=input_ids.size(0))[0]
+
+
+def weights_are_sharded(trainer) -> bool:
+    """DeepSpeed ZeRO-3 or FSDP: at trainer init the model's weights are partitioned (or not yet placed), so it
+    cannot be forwarded outside the training loop's wrapper."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled() or getattr(trainer, "is_fsdp_enabled", False))
 
 
 @dataclass

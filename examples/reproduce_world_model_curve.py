@@ -31,7 +31,9 @@ pulling the policy away from the recorded behaviour), or whose
 mean policy entropy falls below half of lambda = 0's; and every lambda above 0.1 (where the paper
 saw collapse) is marked. The GRPO policy loss is reported but says little offline: every update is
 the batch's first (importance ratio 1), so its value is minus the mean advantage, the same for every
-lambda; its gradient, not its value, differs.
+lambda; its gradient, not its value, differs. That holds for ``--behavior_policy current``; with
+``initial`` (the starting model as the episodes' behaviour policy) the ratio departs from 1 as training
+moves and clipping bounds the drift (``mean_clip_ratio`` in results.json).
 
     python examples/reproduce_world_model_curve.py            # tiny local model, CPU, minutes
     python examples/reproduce_world_model_curve.py --quick    # smaller and shorter
@@ -79,6 +81,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_warmup_arguments(p, before="every run (tiny model only)")
     p.add_argument("--collapse_tol", type=float, default=0.10)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
+    p.add_argument("--behavior_policy", choices=["initial", "current"], default=None,
+                   help="behaviour policy of the recorded episodes (they carry no log-probs): the starting model, "
+                        "or the policy at each update (default: EchoGRPOConfig's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--copy_to_docs", default=None, help="also copy the two PNGs into this directory (docs/img)")
     args = p.parse_args(argv)
@@ -194,17 +199,18 @@ def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool
         lr_scheduler_type="constant", warmup_steps=0, per_device_train_batch_size=args.per_device_train_batch_size,
         num_generations=2, max_completion_length=args.max_completion_length, gradient_checkpointing=False,
         use_cpu=not cuda, bf16=cuda, report_to="none", logging_steps=1, save_strategy="no", seed=args.seed,
-        disable_tqdm=True)
+        disable_tqdm=True, **({} if args.behavior_policy is None else {"behavior_policy": args.behavior_policy}))
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, processing_class=tokenizer,
                               callbacks=[Eval()])
     trainer.remove_callback(PrinterCallback)
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0
+    args.behavior_policy = config.behavior_policy  # recorded in results.json
     logs = [h for h in trainer.state.log_history if "world/loss_scaled" in h]
     steps = [{"step": h["step"], "loss": h.get("loss"), "world_loss_scaled": h["world/loss_scaled"],
               "world_loss_unscaled": h["world/loss_unscaled"], "train_ce_env": h.get("world/ce_env"),
-              "entropy": h.get("entropy"),
+              "entropy": h.get("entropy"), "clip_ratio": h.get("clip_ratio/region_mean"),
               "policy_loss": (h["loss"] - h["world/loss_scaled"]) if use_policy_loss and h.get("loss") is not None
               else None} for h in logs]
     tail = steps[-max(1, len(steps) // 4):]  # last quarter of the run: the "final" training values
@@ -222,6 +228,7 @@ def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool
         "final_policy_loss": mean([s["policy_loss"] for s in tail if s["policy_loss"] is not None]),
         "final_entropy": mean([s["entropy"] for s in tail if s["entropy"] is not None]),
         "final_train_ce_env": mean([s["train_ce_env"] for s in tail if s["train_ce_env"] is not None]),
+        "mean_clip_ratio": mean([s["clip_ratio"] for s in steps if s["clip_ratio"] is not None]),
     }
 
 
@@ -258,7 +265,8 @@ def plot(results: dict, out: Path) -> tuple[Path | None, Path | None]:
                 label=f"{label}: {100 * r['heldout_ce_env_rel_change']:+.0f}%")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out env-token CE (nats/token)")
-    ax.set_title(f"World model on held-out AWM tasks ({results['model_label']})", fontsize=9)
+    ax.set_title(f"World model on held-out AWM tasks ({results['model_label']}, behavior_policy="
+                 f"{results['settings'].get('behavior_policy')})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -350,7 +358,7 @@ def main(argv=None) -> dict:
                "sweep": {k: {kk: v[kk] for kk in ("name", "world_model_coeff", "heldout_ce_env_start",
                                                   "heldout_ce_env_end", "heldout_ce_env_rel_change",
                                                   "heldout_ce_action_end", "heldout_ce_action_tail",
-                                                  "final_policy_loss", "final_entropy",
+                                                  "final_policy_loss", "final_entropy", "mean_clip_ratio",
                                                   "collapse_flag", "collapse_reasons")} for k, v in sweep.items()},
                "acceptance": acceptance, "device": "cuda" if torch.cuda.is_available() else "cpu"}
     curves, sweep_png = plot(results, out)

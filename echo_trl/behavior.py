@@ -1,0 +1,164 @@
+"""The behaviour policy of recorded rows without ``behavior_logprobs``: the starting model, once per run.
+
+GRPO's clipped objective bounds how far an update moves the policy from the one that sampled the
+data, through the importance ratio ``pi(a) / pi_behaviour(a)``. Offline, a trajectory recorded
+without log-probs has no known behaviour policy; taking the *current* policy at every update
+(``behavior_policy="current"``) makes that ratio 1 at every step, so clipping never binds across
+steps and a negative-advantage episode pushes its tokens down without limit. When the recordings
+came from the model being trained (``echo-trl capture --policy model:``, or a team's own rollouts of
+its starting checkpoint), the behaviour policy is known: the model at the start of training
+(``behavior_policy="initial"``).
+
+:func:`add_initial_logprobs` computes those log-probs once per run, at trainer init: one no-gradient
+forward per trajectory of the starting model (in eval mode, under the trainer's autocast, at TRL's
+``temperature``, with prefix sharing when it is on), at the action tokens the collator keeps, for
+every row whose ``behavior_logprobs`` is null. They are stored as the column
+:data:`INITIAL_LOGPS` and cached the ``datasets`` way, fingerprinted by the tokenized dataset, the
+starting model's weights and every setting that decides the numbers: a later run (and a resumed
+one: trainers are built from the starting model, checkpoints are loaded later, in ``train()``)
+loads them instead of forwarding again. Rows that carry ``behavior_logprobs`` keep them.
+
+Processes share the work: each forwards every ``world_size``-th micro-batch of the grouped order and
+all of them gather the whole column.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+
+import numpy as np
+import torch
+from datasets import Features, List, Value
+
+from . import trl_compat
+from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .errors import EchoTrlError
+from .prefix_order import prefix_grouped_order
+from .progress import progress
+from .token_cache import cache_file_for, map_progress
+
+#: Bumped whenever what the column holds changes, so stale caches are not reused.
+VERSION = "1"
+
+
+def needs_initial_logprobs(args, dataset) -> bool:
+    """Offline with a policy loss, ``behavior_policy="initial"``, and some row without recorded log-probs."""
+    if not args.use_policy_loss or args.behavior_policy != "initial":
+        return False
+    if "behavior_logprobs" not in dataset.column_names:
+        return True
+    return any(v is None for v in dataset["behavior_logprobs"])
+
+
+def model_fingerprint(model) -> str:
+    """A hash of a model's weights (and config): two models with the same fingerprint compute the same log-probs.
+
+    Per parameter tensor (adapters included): name, shape, dtype, its float64 sum and absolute sum, and
+    4,096 evenly spaced values. Cheap on any device (no copy of the weights to the host), and any
+    training update changes it (an update moves every value of the tensors it touches).
+    """
+    model = trl_compat.causal_lm(model)
+    h = hashlib.sha256(type(model).__name__.encode())
+    h.update(model.config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 4096)][:4096].float().cpu().numpy()
+            sums = torch.stack([flat.double().sum(), flat.double().abs().sum()]).cpu().numpy()
+            h.update(f"{name}{tuple(p.shape)}{p.dtype}".encode())
+            h.update(sample.tobytes())
+            h.update(sums.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp: str) -> str:
+    a = trainer.args
+    key = {"dataset": dataset._fingerprint, "model": model_fp, "temperature": trainer.temperature,
+           "collation": [settings.max_completion_length, settings.max_length, settings.world_loss_target],
+           "precision": [a.bf16, a.fp16], "sharing": [bool(a.prefix_sharing), a.prefix_sharing_min_tokens],
+           "batch": [a.per_device_train_batch_size, trainer.accelerator.num_processes], "version": VERSION}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]:
+    """``todo`` in the grouped order (a group's rows, then a scenario's, side by side: prefix sharing) cut into
+    micro-batches of ``batch_size``."""
+    from .offline import prefix_groups
+
+    groups, scenarios = prefix_groups(dataset)
+    wanted = set(todo)
+    order = [i for i in prefix_grouped_order(groups, scenarios, seed=0, epoch=0, shuffle=False) if i in wanted]
+    return [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+def starting_logprobs(trainer, dataset, indices: list[int], settings: CollatorSettings, *,
+                      share: bool) -> dict[int, list[float]]:
+    """The starting model's log-probs at the kept action tokens of rows ``indices`` of ``dataset``.
+
+    Processes split the micro-batches round-robin and gather everyone's (all processes must call it).
+    """
+    from accelerate.utils import gather_object
+
+    tokenizer = trl_compat.tokenizer(trainer)
+    accelerator = trainer.accelerator
+    batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)
+    mine = batches[accelerator.process_index::accelerator.num_processes]
+    model = trainer.model
+    was_training = model.training
+    model.eval()  # no dropout: the policy that sampled the recordings
+    found: list[tuple[int, list[float]]] = []
+    try:
+        for chunk in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
+            features = [trajectory_features(tokenizer, dataset[i], settings) for i in chunk]
+            batch = collate_features(features, tokenizer.pad_token_id)
+            device = accelerator.device
+            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1).to(device)
+            mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1).to(device)
+            logps = trl_compat.starting_policy_logps(trainer, ids, mask, batch["completion_ids"].size(1), share=share)
+            for row, f, values in zip(chunk, features, logps.float().cpu(), strict=True):
+                action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
+                found.append((row, values[torch.as_tensor(action, dtype=torch.long)].tolist()))
+    finally:
+        model.train(was_training)
+    if accelerator.num_processes > 1:
+        found = gather_object(found)
+    return dict(found)
+
+
+def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) -> None:
+    """At trainer init (after TRL's, before any update): ``trainer.train_dataset`` with :data:`INITIAL_LOGPS`,
+    when :func:`needs_initial_logprobs`; computed once per (dataset, starting model, settings) and cached."""
+    dataset = trainer.train_dataset
+    if not needs_initial_logprobs(trainer.args, dataset):
+        return
+    if trl_compat.weights_are_sharded(trainer):
+        raise EchoTrlError(
+            "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
+            "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
+            "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)")
+    if INITIAL_LOGPS in dataset.column_names:
+        dataset = dataset.remove_columns(INITIAL_LOGPS)
+    recorded = dataset["behavior_logprobs"] if "behavior_logprobs" in dataset.column_names else [None] * len(dataset)
+    todo = [i for i, v in enumerate(recorded) if v is None]
+    fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
+    compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
+
+    def column(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
+        values = compute()  # not called when the cache file exists: datasets loads it instead
+        return {INITIAL_LOGPS: [values.get(i) for i in indices]}
+
+    cache_file = cache_file_for(dataset, "echo-initial-logps", fingerprint)
+    features = Features({**dataset.features, INITIAL_LOGPS: List(Value("float32"))})
+    accelerator = trainer.accelerator
+    if accelerator.num_processes > 1:  # the gather needs every process: compute unless all of them have the cache
+        cached = torch.tensor([cache_file is not None and os.path.exists(cache_file)], device=accelerator.device)
+        if not bool(accelerator.gather(cached).all()):
+            compute()
+    with accelerator.main_process_first(), map_progress(False):  # the forward has its own bar
+        trainer.train_dataset = dataset.map(
+            column, batched=True, batch_size=1000, with_indices=True, new_fingerprint=fingerprint,
+            cache_file_name=cache_file, load_from_cache_file=True, keep_in_memory=cache_file is None, features=features,
+            desc="storing starting-model log-probs")
