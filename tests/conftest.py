@@ -97,6 +97,13 @@ def _explicitly_unsafe_where_no_sandbox(request, monkeypatch):
     monkeypatch.setattr(sandbox, "require_containment", require)
 
 
+@pytest.fixture(autouse=True)
+def _own_echo_cache(tmp_path_factory, monkeypatch):
+    """Each test its own echo_trl cache (token columns, starting-model log-probs): no test passes on another's
+    cached columns, and nothing is written under the home directory."""
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path_factory.mktemp("echo-cache")))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nothing listens on now (for torch.distributed / accelerate rendezvous)."""
     import socket

@@ -236,7 +236,9 @@ class CountingEndpoint:
         import os
 
         env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-        return {**env, "HF_ENDPOINT": self.url, "ECHO_TRL_PROGRESS": "0"}
+        # TRL >= 1.16 pings its usage telemetry from every trainer's __init__ outside CI (a background thread that
+        # honours HF_HUB_DISABLE_TELEMETRY): not a probe for a path, so it is switched off to count the probes alone
+        return {**env, "HF_ENDPOINT": self.url, "ECHO_TRL_PROGRESS": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
 
     def close(self):
         self.sock.close()

@@ -154,7 +154,7 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                PYTHONPATH=str(REPO), ECHO_TRL_CACHE=str(tmp_path / "cache"), ECHO_TRL_PROGRESS="0",
-               CUDA_VISIBLE_DEVICES="")
+               CUDA_VISIBLE_DEVICES="", HF_HUB_DISABLE_TELEMETRY="1")  # see CountingEndpoint.env
     return work, env
 
 

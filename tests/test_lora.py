@@ -160,3 +160,23 @@ def test_online_tool_loop_with_peft_config(tmp_path, base_dir, monkeypatch):
     log = next(h for h in trainer.state.log_history if "world/tokens_env" in h)
     assert log["world/tokens_env"] > 0 and log["world/loss_scaled"] > 0
     _check_lora_training(trainer.model, base_dir)
+
+
+def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_path, base_dir):
+    """behavior_policy="initial" with LoRA: the starting policy is the base model (a fresh adapter's B is 0),
+    so the stored log-probs equal the plain base model's, computed here without PEFT."""
+    from test_trainer import batch, dataset, reference_logps
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
+    trainer = EchoGRPOTrainer(str(base_dir), args=_args(tmp_path, behavior_policy="initial"), train_dataset=dataset(4),
+                              processing_class=tiny_tokenizer("qwen3"), peft_config=config)
+    inputs = batch(trainer)
+    action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
+    with torch.no_grad():
+        expected = reference_logps(AutoModelForCausalLM.from_pretrained(base_dir), inputs)
+    torch.testing.assert_close(inputs["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)
+    trainer.train()  # and training moves the adapter away from them: the ratio leaves 1, clipping can bind
+    later = batch(trainer)
+    with torch.no_grad():
+        now = reference_logps(trainer.model, later)
+    assert (now[action] - later["old_per_token_logps"][action]).abs().max() > 1e-3

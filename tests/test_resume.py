@@ -37,8 +37,11 @@ CONFIGS = {
     "mid_generation_buffer": dict(gradient_accumulation_steps=2, steps_per_generation=4, num_iterations=2),
     # "ga1" logged every 2 steps: the checkpoint splits the logging window of steps 3-4
     "log_window": dict(logging_steps=2),
+    # the configurations above take the starting model's log-probs as behaviour policy (the default, cached
+    # at init); this one the policy's own at each update
+    "behavior_current": dict(behavior_policy="current"),
 }
-BIT_EXACT = ["ga1", "ga2_later_epoch", "mid_generation_buffer"]
+BIT_EXACT = ["ga1", "ga2_later_epoch", "mid_generation_buffer", "behavior_current"]
 TIMING_KEYS = {"step_time"}  # wall-clock metrics differ between any two runs
 
 
@@ -55,6 +58,7 @@ def _train(mode: str, init: str, out: str, name: str) -> None:
     from echo_trl.trainer import EchoGRPOTrainer
 
     trained = []
+    os.environ["ECHO_TRL_CACHE"] = str(Path(out) / "echo-cache")  # each run computes its own starting log-probs
 
     class KillAfterCheckpoint(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):  # fires after the checkpoint folder is written
@@ -184,6 +188,10 @@ def test_resumed_steps_equal_the_uninterrupted_run_bit_for_bit(runs, name):
         differ = {k: (a[k], b[k]) for k in keys if a[k] != b[k]}  # exact float equality
         assert not differ, f"step {step} (uninterrupted, resumed): {differ}"
     assert len({full[s]["loss"] for s in full}) == MAX_STEPS  # the runs trained: every step logged a new loss
+    clipped = [full[s]["clip_ratio/region_mean"] > 0 for s in range(KILL_AT + 1, MAX_STEPS + 1)]
+    # behavior_policy="initial" (the default): the resumed steps divide by the starting model's log-probs, which
+    # the resumed process computed again, and clip; "current": ratio 1, never clipped
+    assert any(clipped) == (CONFIGS[name].get("behavior_policy", "initial") == "initial")
     assert full_weights.keys() == resumed_weights.keys()
     for k, w in full_weights.items():
         assert torch.equal(w, resumed_weights[k]), k

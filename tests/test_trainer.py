@@ -118,14 +118,16 @@ def test_one_grad_forward_per_micro_batch(tmp_path, coeff, temperature):
 
 def test_misaligned_generation_gets_old_logps_from_one_no_grad_forward_like_trl(tmp_path):
     """num_iterations=2 reuses each batch: like TRL, one no-grad forward per generation batch records the
-    sampling-time log-probs, then one grad forward per micro-batch."""
-    trainer = make_trainer(tmp_path, num_iterations=2, max_steps=2)
-    calls, handle = count_forwards(trainer.model)
-    trainer.train()
-    handle.remove()
-    assert calls == [False, True, True]
-    ratios = [h["clip_ratio/region_mean"] for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
-    assert len(ratios) == 2
+    sampling-time log-probs (behavior_policy="current"), then one grad forward per micro-batch. With "initial"
+    the starting model's, computed once at init, stand in: no forward per generation batch."""
+    for policy, expected in (("current", [False, True, True]), ("initial", [True, True])):
+        trainer = make_trainer(tmp_path / policy, num_iterations=2, max_steps=2, behavior_policy=policy)
+        calls, handle = count_forwards(trainer.model)
+        trainer.train()
+        handle.remove()
+        assert calls == expected
+        ratios = [h["clip_ratio/region_mean"] for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
+        assert len(ratios) == 2
 
 
 def test_kl_term_with_reference_model(tmp_path):
@@ -142,7 +144,7 @@ def test_kl_term_with_reference_model(tmp_path):
 def test_lambda_zero_reproduces_grpo_loss_exactly(tmp_path):
     from trl import GRPOTrainer
 
-    trainer = make_trainer(tmp_path, world_model_coeff=0.0)
+    trainer = make_trainer(tmp_path, world_model_coeff=0.0, behavior_policy="current")  # TRL's on-policy batch
     inputs = batch(trainer)
     model = trainer.model
     echo = trainer._compute_loss(model, inputs)
@@ -314,9 +316,9 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
 
 
 def test_importance_ratio_uses_behavior_logprobs(tmp_path):
-    trainer = make_trainer(tmp_path)
+    trainer = make_trainer(tmp_path, behavior_policy="current")
     inputs = batch(trainer)
-    assert "old_per_token_logps" not in inputs  # no recordings: on-policy, as TRL without vLLM
+    assert "old_per_token_logps" not in inputs  # no recordings, "current": on-policy, as TRL without vLLM
     on_policy = trainer._compute_loss(trainer.model, inputs).item()
     with torch.no_grad():
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
