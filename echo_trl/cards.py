@@ -98,6 +98,8 @@ def echo_card_section(args, log_history: list[dict[str, Any]]) -> str:
             ("normalization (`world_loss_normalization`)", args.world_loss_normalization),
             ("world-loss temperature (`world_loss_temperature`)", f"{args.world_loss_temperature:g}"),
             ("policy term", policy),
+            ("behaviour policy of recordings without log-probs (`behavior_policy`)",
+             getattr(args, "behavior_policy", "current") if args.use_policy_loss else "-"),
             ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
             ("world-term rollout filters", ", ".join(f"{k}={v:g}" for k, v in filters.items()) or "none")]
     lines = [SECTION_MARKER, "",

@@ -85,7 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="behaviour policy of the recorded episodes (they carry no log-probs): the starting model, "
                         "or the policy at each update (default: EchoGRPOConfig's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--copy_to_docs", default=None, help="also copy the two PNGs into this directory (docs/img)")
+    p.add_argument("--copy_to_docs", default=None, help="also copy the two PNGs into this directory (docs/img); "
+                   "names end in _current with --behavior_policy current")
     args = p.parse_args(argv)
     args.max_steps = args.max_steps or (20 if args.quick else 60)
     args.eval_every = args.eval_every or 5
@@ -265,7 +266,7 @@ def plot(results: dict, out: Path) -> tuple[Path | None, Path | None]:
                 label=f"{label}: {100 * r['heldout_ce_env_rel_change']:+.0f}%")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out env-token CE (nats/token)")
-    ax.set_title(f"World model on held-out AWM tasks ({results['model_label']}, behavior_policy="
+    ax.set_title(f"World model on held-out AWM tasks\n({results['model_label']}, behavior_policy="
                  f"{results['settings'].get('behavior_policy')})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -367,7 +368,8 @@ def main(argv=None) -> dict:
     if args.copy_to_docs and curves:
         docs = Path(args.copy_to_docs)
         docs.mkdir(parents=True, exist_ok=True)
-        for p, name in ((curves, "world_model_curves.png"), (sweep_png, "lambda_sweep.png")):
+        suffix = "" if args.behavior_policy == "initial" else f"_{args.behavior_policy}"  # the default: no suffix
+        for p, name in ((curves, f"world_model_curves{suffix}.png"), (sweep_png, f"lambda_sweep{suffix}.png")):
             shutil.copy(p, docs / name)
             results["plots"].append(str(docs / name))
     (out / "results.json").write_text(json.dumps(results, indent=2))

@@ -118,3 +118,14 @@ def test_long_episodes(capsys):
     assert [r["steps"] for r in rows] == [50, 100] and rows[0]["tokens"] < rows[1]["tokens"]
     assert all(positive_finite(r["stats_s"]) and positive_finite(r["render_s"]) for r in rows)
     assert math.isfinite(out["stats_exponent"]) and math.isfinite(out["render_exponent"])
+
+
+def test_behavior_policy(capsys):
+    import behavior_policy
+
+    out = behavior_policy.main(["--quick", "--json", "--episodes", "8", "--hidden_size", "32", "--num_layers", "1"])
+    assert last_json_line(capsys)["benchmark"] == "behavior_policy"
+    # the starting model's pass: one no-grad forward per micro-batch of an epoch, i.e. per trajectory once
+    assert out["no_grad_forwards_of_the_pass"] == out["micro_batches_per_epoch"] == 2
+    assert all(positive_finite(v) for v in out["median_seconds"].values())
+    assert positive_finite(out["pass_over_epoch"]) and positive_finite(out["epoch_ratio_initial_over_current"])

@@ -36,7 +36,7 @@ def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_pat
                           max_completion_length=1024, gradient_checkpointing=False, disable_tqdm=True,
                           world_model_coeff=0.07, world_model_coeff_schedule="linear_decay", world_model_coeff_end=0.01,
                           world_loss_normalization="token", world_loss_target="observation",
-                          eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2)
+                          eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2, behavior_policy="current")
     trainer = EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), eval_dataset=dataset(2),
                               processing_class=tiny_tokenizer("qwen3"))
     trainer.train()
@@ -50,6 +50,7 @@ def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_pat
     assert "linear_decay to 0.01 over the whole run" in card
     assert "| target tokens (`world_loss_target`) | observation |" in card
     assert "| normalization (`world_loss_normalization`) | token |" in card
+    assert "| behaviour policy of recordings without log-probs (`behavior_policy`) | current |" in card
     # final world metrics, as logged
     final = final_metrics(trainer.state.log_history)
     assert {"world/ce_env", "eval_world/ce_env", "world/tokens_env"} <= set(final)
