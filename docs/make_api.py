@@ -30,6 +30,7 @@ EXTRA = [
     ("echo_trl.token_cache", ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]),
     ("echo_trl.prefix_sharing", ["enable_prefix_tree_attention", "shared_logps"]),
     ("echo_trl.prefix_order", ["prefix_grouped_order"]),
+    ("echo_trl.behavior", ["add_initial_logprobs", "model_fingerprint"]),
     ("echo_trl.cards", ["echo_card_section", "add_echo_section", "final_metrics", "dataset_card"]),
     ("echo_trl.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
     ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset",

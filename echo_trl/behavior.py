@@ -132,6 +132,8 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
     """At trainer init (after TRL's, before any update): ``trainer.train_dataset`` with :data:`INITIAL_LOGPS`,
     when :func:`needs_initial_logprobs`; computed once per (dataset, starting model, settings) and cached."""
     dataset = trainer.train_dataset
+    if INITIAL_LOGPS in dataset.column_names:  # another run's (a saved trainer dataset): never trusted, recomputed
+        dataset = trainer.train_dataset = dataset.remove_columns(INITIAL_LOGPS)
     if not needs_initial_logprobs(trainer.args, dataset):
         return
     if trl_compat.weights_are_sharded(trainer):
@@ -139,8 +141,6 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
             "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
             "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)")
-    if INITIAL_LOGPS in dataset.column_names:
-        dataset = dataset.remove_columns(INITIAL_LOGPS)
     recorded = dataset["behavior_logprobs"] if "behavior_logprobs" in dataset.column_names else [None] * len(dataset)
     todo = [i for i, v in enumerate(recorded) if v is None]
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))

@@ -88,8 +88,7 @@ def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
     if eval_dataset is None or not is_trajectory_dataset(eval_dataset):
         return eval_dataset
     ds = with_advantages(eval_dataset, scale_rewards, "eval_dataset")
-    if EVAL_INDEX_COLUMN in ds.column_names:
-        ds = ds.remove_columns(EVAL_INDEX_COLUMN)
+    ds = ds.remove_columns([c for c in (EVAL_INDEX_COLUMN, INITIAL_LOGPS) if c in ds.column_names])
     ds = ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
     return ds if tokenizer is None else with_tokens(ds, tokenizer)
 

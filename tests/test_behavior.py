@@ -154,3 +154,18 @@ def test_config_rejects_unknown_policies(tmp_path):
     with pytest.raises(EchoConfigError, match="behavior_policy must be one of initial, current"):
         EchoGRPOConfig(str(tmp_path), behavior_policy="recorded", use_cpu=True, bf16=False)
     assert EchoGRPOConfig(str(tmp_path), use_cpu=True, bf16=False).behavior_policy in ("initial", "current")
+
+
+def test_a_stale_column_is_never_used(tmp_path):
+    """A dataset saved from another run's trainer carries the column: "current" drops it, "initial" recomputes."""
+    stale = make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial").train_dataset
+    stale = stale.map(lambda row: {INITIAL_LOGPS: [v - 1.0 for v in row[INITIAL_LOGPS]]})
+    current = make_trainer(tmp_path / "b", stale, behavior_policy="current")
+    assert INITIAL_LOGPS not in current.train_dataset.column_names
+    assert "old_per_token_logps" not in batch(current)
+    initial = make_trainer(tmp_path / "c", stale, behavior_policy="initial")
+    inputs = batch(initial)
+    action = action_of(inputs)
+    with torch.no_grad():
+        expected = reference_logps(initial.model, inputs)
+    torch.testing.assert_close(inputs["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)

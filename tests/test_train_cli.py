@@ -93,6 +93,17 @@ def test_invalid_training_arguments_are_a_usage_error_without_traceback(assets, 
     assert rc == 2 and err.startswith("echo-trl train: error: invalid training arguments:")
     assert "generation_batch_size (3) must be divisible by num_generations (2)" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+def test_behavior_policy_flag(assets, tmp_path, capsys):
+    root, model, _ = assets
+    with pytest.raises(SystemExit) as exc:
+        cli_main(_flags(root, model, tmp_path / "bad", "--behavior_policy", "recorded"))
+    assert exc.value.code == 2 and "invalid choice: 'recorded'" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert cli_main(_flags(root, model, out, "--behavior-policy", "current", "--logging_steps", "1")) == 0
+    card = (out / "README.md").read_text()
+    assert "| behaviour policy of recordings without log-probs (`behavior_policy`) | current |" in card
+
+
 def test_config_file_errors_are_one_line(assets, tmp_path, capsys):
     root, model, _ = assets
     assert cli_main(_flags(root, model, tmp_path / "o", "--config", str(tmp_path / "missing.yaml"))) == 2
