@@ -48,9 +48,15 @@ def needs_initial_logprobs(args, dataset) -> bool:
     """Offline with a policy loss, ``behavior_policy="initial"``, and some row without recorded log-probs."""
     if not args.use_policy_loss or args.behavior_policy != "initial":
         return False
+    return bool(unrecorded_rows(dataset))
+
+
+def unrecorded_rows(dataset) -> list[int]:
+    """Indices of the rows whose ``behavior_logprobs`` is null (read as an Arrow null mask: no floats copied)."""
     if "behavior_logprobs" not in dataset.column_names:
-        return True
-    return any(v is None for v in dataset["behavior_logprobs"])
+        return list(range(len(dataset)))
+    nulls = dataset.with_format("arrow")["behavior_logprobs"].is_null().to_numpy(zero_copy_only=False)
+    return np.flatnonzero(nulls).tolist()
 
 
 def model_fingerprint(model) -> str:
@@ -141,8 +147,7 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
             "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
             "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)")
-    recorded = dataset["behavior_logprobs"] if "behavior_logprobs" in dataset.column_names else [None] * len(dataset)
-    todo = [i for i, v in enumerate(recorded) if v is None]
+    todo = unrecorded_rows(dataset)
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
     compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
 

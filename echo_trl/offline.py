@@ -47,7 +47,10 @@ def is_trajectory_dataset(ds) -> bool:
 
 
 def has_behavior_logprobs(ds) -> bool:
-    return "behavior_logprobs" in ds.column_names and any(v is not None for v in ds["behavior_logprobs"])
+    """Whether any row recorded ``behavior_logprobs``."""
+    from .behavior import unrecorded_rows
+
+    return len(unrecorded_rows(ds)) < len(ds)
 
 
 def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:

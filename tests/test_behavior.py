@@ -169,3 +169,12 @@ def test_a_stale_column_is_never_used(tmp_path):
     with torch.no_grad():
         expected = reference_logps(initial.model, inputs)
     torch.testing.assert_close(inputs["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)
+
+
+def test_unrecorded_rows_follow_the_dataset_view():
+    from echo_trl.behavior import unrecorded_rows
+
+    ds = trajectories_to_dataset([trajectory(i, 1.0, "g", behavior=[0.1] * 3 if i % 2 else None) for i in range(6)])
+    assert unrecorded_rows(ds) == [0, 2, 4]
+    assert unrecorded_rows(ds.select([5, 4, 1, 0])) == [1, 3]  # positions in the selection, not the table
+    assert unrecorded_rows(ds.remove_columns("behavior_logprobs")) == list(range(6))
