@@ -28,6 +28,14 @@ def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
     assert cli_main(["train"]) == 0
     args = seen["args"]
     assert args.world_model_coeff == 0.05 and args.output_dir == "outputs/echo-demo" and args.data_dir is None
+    assert args.behavior_policy == "initial"
+
+
+def test_demo_behavior_policies_are_the_configs():
+    from echo_trl.config import BEHAVIOR_POLICIES, EchoGRPOConfig
+
+    assert demo_run.DEMO_BEHAVIOR_POLICIES == BEHAVIOR_POLICIES
+    assert EchoGRPOConfig.__dataclass_fields__["behavior_policy"].default == "initial"
 
 
 def test_demo_end_to_end_small(episodes, tmp_path, capsys):

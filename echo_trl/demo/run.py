@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EchoTrlError
+
+#: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
+DEMO_BEHAVIOR_POLICIES = ("initial", "current")
 from .episodes import synthetic_episodes, write_episodes
 from .warmup import add_warmup_arguments
 
@@ -53,6 +56,9 @@ def parse_demo_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model_cache_dir", default=str(DEFAULT_CACHE),
                    help="where the tiny model is built once and reused ($ECHO_TRL_CACHE)")
     add_warmup_arguments(p, before="both runs")
+    p.add_argument("--behavior_policy", choices=DEMO_BEHAVIOR_POLICIES, default="initial",
+                   help="behaviour policy of the episodes (they carry no log-probs): the starting model, or the "
+                        "policy at each update (see echo-trl train --help)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -139,7 +145,7 @@ def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out
         per_device_train_batch_size=args.per_device_train_batch_size, per_device_eval_batch_size=2,
         num_generations=2, max_completion_length=args.max_completion_length, gradient_checkpointing=False,
         use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=args.seed,
-        eval_strategy="steps", eval_steps=args.eval_steps, disable_tqdm=True)
+        eval_strategy="steps", eval_steps=args.eval_steps, disable_tqdm=True, behavior_policy=args.behavior_policy)
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, eval_dataset=held, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the demo prints its own summary; the logs are in trainer_state.json
     t0 = time.time()
