@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EchoTrlError
-
-#: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
-DEMO_BEHAVIOR_POLICIES = ("initial", "current")
 from .episodes import synthetic_episodes, write_episodes
 from .warmup import add_warmup_arguments
 
+#: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
+DEMO_BEHAVIOR_POLICIES = ("initial", "current")
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "episodes"
 DEFAULT_CACHE = Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
 #: The runs of the comparison: output subdirectory per run.
