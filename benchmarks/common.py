@@ -135,7 +135,10 @@ def measure_call(fn: Callable[[], object]) -> tuple[float, float]:
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
-    return dt, _status_mb("VmHWM") - base
+    # The kernel's RSS counters are approximate (per-CPU batched) and its high-water mark is refreshed lazily,
+    # so for a call that allocates next to nothing the difference can read a few MiB below 0: a peak above the
+    # starting level is never negative, so that is read as 0.
+    return dt, max(0.0, _status_mb("VmHWM") - base)
 
 
 def alternate_measured(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
