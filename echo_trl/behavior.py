@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 
 import numpy as np
@@ -36,19 +37,15 @@ from datasets import Features, List, Value
 from . import trl_compat
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
 from .errors import EchoTrlError
+from .offline import is_trajectory_dataset, prefix_groups
 from .prefix_order import prefix_grouped_order
 from .progress import progress
 from .token_cache import cache_file_for, map_progress
 
+logger = logging.getLogger(__name__)
+
 #: Bumped whenever what the column holds changes, so stale caches are not reused.
 VERSION = "1"
-
-
-def needs_initial_logprobs(args, dataset) -> bool:
-    """Offline with a policy loss, ``behavior_policy="initial"``, and some row without recorded log-probs."""
-    if not args.use_policy_loss or args.behavior_policy != "initial":
-        return False
-    return bool(unrecorded_rows(dataset))
 
 
 def unrecorded_rows(dataset) -> list[int]:
@@ -97,8 +94,6 @@ def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp
 def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]:
     """``todo`` in the grouped order (a group's rows, then a scenario's, side by side: prefix sharing) cut into
     micro-batches of ``batch_size``."""
-    from .offline import prefix_groups
-
     groups, scenarios = prefix_groups(dataset)
     wanted = set(todo)
     order = [i for i in prefix_grouped_order(groups, scenarios, seed=0, epoch=0, shuffle=False) if i in wanted]
@@ -125,10 +120,7 @@ def starting_logprobs(trainer, dataset, indices: list[int], settings: CollatorSe
         for chunk in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
             features = [trajectory_features(tokenizer, dataset[i], settings) for i in chunk]
             batch = collate_features(features, tokenizer.pad_token_id)
-            device = accelerator.device
-            ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1).to(device)
-            mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1).to(device)
-            logps = trl_compat.starting_policy_logps(trainer, ids, mask, batch["completion_ids"].size(1), share=share)
+            logps = trl_compat.starting_policy_logps(trainer, batch, share=share)
             for row, f, values in zip(chunk, features, logps.float().cpu(), strict=True):
                 action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
                 found.append((row, values[torch.as_tensor(action, dtype=torch.long)].tolist()))
@@ -140,19 +132,27 @@ def starting_logprobs(trainer, dataset, indices: list[int], settings: CollatorSe
 
 
 def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) -> None:
-    """At trainer init (after TRL's, before any update): ``trainer.train_dataset`` with :data:`INITIAL_LOGPS`,
-    when :func:`needs_initial_logprobs`; computed once per (dataset, starting model, settings) and cached."""
-    dataset = trainer.train_dataset
+    """At trainer init (after the token cache, before any update): an offline ``trainer.train_dataset`` with
+    :data:`INITIAL_LOGPS` when it trains a policy with ``behavior_policy="initial"`` and some row recorded no
+    log-probs; computed once per (dataset, starting model, settings) and cached."""
+    dataset, args = trainer.train_dataset, trainer.args
+    if not is_trajectory_dataset(dataset):
+        return  # online: TRL's own old log-probs
     if INITIAL_LOGPS in dataset.column_names:  # another run's (a saved trainer dataset): never trusted, recomputed
         dataset = trainer.train_dataset = dataset.remove_columns(INITIAL_LOGPS)
-    if not needs_initial_logprobs(trainer.args, dataset):
+    todo = unrecorded_rows(dataset) if args.use_policy_loss else []
+    if not todo:
+        return
+    if args.behavior_policy == "current":
+        logger.warning("offline ECHO: %d of %d trajectories carry no behavior_logprobs and behavior_policy='current': "
+                       "each update treats them as on-policy (importance ratio 1, as in GRPO without vLLM)",
+                       len(todo), len(dataset))
         return
     if trl_compat.weights_are_sharded(trainer):
         raise EchoTrlError(
             "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
             "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
             "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)")
-    todo = unrecorded_rows(dataset)
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
     compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
 

@@ -7,8 +7,6 @@ the dataloader must keep.
 
 from __future__ import annotations
 
-import logging
-
 from datasets import Dataset, IterableDataset
 
 from . import trl_compat
@@ -22,8 +20,6 @@ from .token_cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_da
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
                       "behavior_logprobs", ADVANTAGE_COLUMN, "valid_tool_call_pct", "parse_clean_pct",
                       "correct_pct", INITIAL_LOGPS, *TOKEN_COLUMNS]
-logger = logging.getLogger(__name__)
-
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -44,13 +40,6 @@ def is_trajectory_dataset(ds) -> bool:
     """A dataset of recorded trajectories (ECHO schema: ``prompt`` + ``completion`` messages)."""
     names = getattr(ds, "column_names", None) or []
     return "prompt" in names and "completion" in names
-
-
-def has_behavior_logprobs(ds) -> bool:
-    """Whether any row recorded ``behavior_logprobs``."""
-    from .behavior import unrecorded_rows
-
-    return len(unrecorded_rows(ds)) < len(ds)
 
 
 def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
@@ -118,13 +107,10 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
     return groups, scenarios
 
 
-def prepare_offline(trainer, settings, *, share: bool) -> None:
-    """At trainer init (after TRL's, before any update): tokenize the train and eval trajectories once with the
-    trainer's tokenizer (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`), switch the
-    model(s) to prefix-tree attention when ``share``, and add the starting model's log-probs where
-    ``behavior_policy="initial"`` needs them (:mod:`echo_trl.behavior`). Online, only the eval trajectories."""
-    from .behavior import add_initial_logprobs
-
+def tokenize_and_share(trainer, *, share: bool) -> None:
+    """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's tokenizer
+    (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`; online, only the eval trajectories),
+    and switch the model(s) to prefix-tree attention when ``share``."""
     tokenizer = trl_compat.tokenizer(trainer)
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
@@ -135,13 +121,6 @@ def prepare_offline(trainer, settings, *, share: bool) -> None:
         check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
     if share:
         trl_compat.enable_prefix_sharing(trainer)
-    if not is_trajectory_dataset(trainer.train_dataset):
-        return  # online
-    add_initial_logprobs(trainer, settings, share=share)
-    args = trainer.args
-    if args.use_policy_loss and args.behavior_policy == "current" and not has_behavior_logprobs(trainer.train_dataset):
-        logger.warning("offline ECHO: the trajectories carry no behavior_logprobs and behavior_policy='current': each "
-                       "update treats them as on-policy (importance ratio 1, as in GRPO without vLLM)")
 
 
 def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> trl_compat.ResumableRepeatSampler:

@@ -3,8 +3,8 @@
     loss = GRPO loss (TRL's ``_compute_loss``, untouched) + lambda * world_loss(same per-token log-probs)
 
 Kept thin: masks are built by pure modules (``collator.py`` offline, ``online_masks.py`` online,
-both through ``world_mask.py``), the loss by ``loss.py``, and every TRL-private attribute and call
-goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.16):
+both through ``world_mask.py``), the loss by ``loss.py``, offline behaviour log-probs by ``behavior.py``,
+and every TRL-private attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.16):
 
 * ``_generate_and_score_completions``: recorded trajectories (rows with a ``completion``) are collated
   instead of generated (offline); otherwise TRL generates and the env-output masks are attached (online);
@@ -20,7 +20,6 @@ goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 from pathlib import Path
@@ -32,6 +31,7 @@ from trl.trainer.utils import RepeatSampler
 
 from . import batch_metrics, offline, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
+from .behavior import add_initial_logprobs
 from .cards import ECHO_PAPER, add_echo_section
 from .collator import CollatorSettings, collate_features, trajectory_features
 from .config import EchoGRPOConfig
@@ -41,8 +41,6 @@ from .offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
 from .online_masks import online_masks
 from .precision import FP16_WARNING, check_world_finite, uses_fp16
 from .world_eval import HeldOutTotals
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["ADVANTAGE_COLUMN", "EVAL_INDEX_COLUMN", "EchoGRPOTrainer", "no_reward", "recorded_reward"]
 
@@ -85,7 +83,8 @@ class EchoGRPOTrainer(GRPOTrainer):
                          tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
         self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
-        offline.prepare_offline(self, self._echo_settings, share=self._echo_share)  # tokens once; see its doc
+        offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
+        add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # behavior_policy="initial"
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
             trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",

@@ -183,13 +183,15 @@ def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batc
     return logps
 
 
-def starting_policy_logps(trainer, input_ids, attention_mask, logits_to_keep, *, share: bool) -> torch.Tensor:
-    """Per-token log-probs of ``trainer.model`` as TRL 1.16's loss forward computes them (its temperature, the
-    accelerator's autocast; the shared-prefix forward when ``share``), without gradient and without logging
-    metrics: the behaviour policy's of :mod:`echo_trl.behavior`, at trainer init."""
+def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tensor:
+    """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
+    temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
+    without logging metrics: the behaviour policy's of :mod:`echo_trl.behavior`, at trainer init."""
     from trl import GRPOTrainer
 
     model, args = trainer.model, trainer.args
+    input_ids, attention_mask, logits_to_keep = (t.to(trainer.accelerator.device) if torch.is_tensor(t) else t
+                                                 for t in forward_inputs(batch))
     with torch.no_grad(), trainer.accelerator.autocast():
         if share:
             return shared_logps(model, input_ids, attention_mask, logits_to_keep,
@@ -300,11 +302,17 @@ def keep_generation_order(active: bool = True):
         grpo.shuffle_sequence_dict = original
 
 
+def forward_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(input_ids, attention_mask, logits_to_keep)`` of a batch in TRL 1.16's layout, as its forwards take them:
+    the left-padded prompt and the right-padded completion side by side, log-probs for the completion columns."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    return input_ids, attention_mask, batch["completion_ids"].size(1)
+
+
 def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
     """The forward TRL's ``_compute_loss`` would run, without its loss (verifier-free ECHO: no policy term)."""
-    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, inputs["completion_ids"].size(1),
+    trainer._get_per_token_logps_and_entropies(model, *forward_inputs(inputs),
                                                **{k: inputs.get(k) for k in FORWARD_KWARGS})
 
 
@@ -324,9 +332,7 @@ def add_sampling_logps(trainer, batch: dict[str, Any], batch_size: int) -> None:
     one: ``old_per_token_logps`` when generation and optimizer steps are misaligned (the policy at sampling
     time stands in for the behavior policy of rows that recorded none), and the reference model's for the
     KL term."""
-    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    logits_to_keep = batch["completion_ids"].size(1)
+    input_ids, attention_mask, logits_to_keep = forward_inputs(batch)
     with torch.no_grad():
         old = batch.get("old_per_token_logps")
         if needs_old_logps(trainer) and (old is None or torch.isnan(old).all(dim=1).any()):
