@@ -1,7 +1,7 @@
 """Long episodes: ``stats`` time against episode length, and the peak memory of training on a ~20k-token trajectory.
 
 * **stats**: one synthetic episode of N tool calls with short outputs, counted by
-  ``echo_trl.stats.token_stats`` (what ``echo-trl stats`` runs), for each N; also the chat template's own
+  ``echo_trl.tokens.stats.token_stats`` (what ``echo-trl stats`` runs), for each N; also the chat template's own
   render (``apply_chat_template``, transformers + jinja), timed alone. A log-log slope near 1 is linear.
 * **train**: ``EchoGRPOTrainer`` offline, 2 optimizer steps on one group of two ~T-token trajectories
   (``per_device_train_batch_size=1``, so one trajectory per forward), tiny Qwen3 model on CPU, with and
@@ -50,9 +50,9 @@ def synthetic_episode(steps: int, reward: float = 1.0, group: str = "g") -> Traj
 
 
 def stats_times(steps: list[int]) -> list[dict]:
-    from echo_trl.dataset import trajectories_to_dataset
+    from echo_trl.data.dataset import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_tokenizer
-    from echo_trl.stats import token_stats
+    from echo_trl.tokens.stats import token_stats
 
     tok = build_tiny_tokenizer("qwen3")
     token_stats(tok, trajectories_to_dataset([synthetic_episode(10)]), show_progress=False)  # template facts, once
@@ -71,9 +71,9 @@ def stats_times(steps: list[int]) -> list[dict]:
 
 def train_child(tokens: int, checkpointing: bool) -> dict:
     """Run in a fresh process: 2 offline steps on a group of two ~``tokens``-token trajectories."""
-    from echo_trl.dataset import trajectories_to_dataset
+    from echo_trl.data.dataset import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     tok = build_tiny_tokenizer("qwen3")
     per_step = len(tokenize_with_roles(tok, synthetic_episode(101))) - len(tokenize_with_roles(tok, synthetic_episode(1)))

@@ -3,7 +3,7 @@
 One micro-batch = the G trajectories of one group: a prompt of ``preamble`` tokens (system prompt +
 tool schemas) plus a ~150-token task, and completions of a few hundred to ~1.5k tokens, 70 % env
 output. Each variant computes the per-token log-probs (and entropies) of the completion tokens, a
-GRPO-style loss on the action tokens + 0.1 x ECHO's world loss (``echo_trl.loss.world_loss``) on
+GRPO-style loss on the action tokens + 0.1 x ECHO's world loss (``echo_trl.train.loss.world_loss``) on
 the env tokens, and its backward (no optimizer step):
 
 * ``unshared``: TRL 1.16's own forward, the call inside ``GRPOTrainer._get_per_token_logps_and_entropies``
@@ -11,7 +11,7 @@ the env tokens, and its backward (no optimizer step):
   ``model(..., labels=labels, fused_lm_head=True)`` on the model ``add_fused_lm_head`` patched;
 * ``packed``: the same tokens packed padding-free, nothing shared: what ``SFTTrainer(packing=True)``
   forwards (every row's tokens once, no padding; here through the same per-row SDPA attention);
-* ``shared``: ``echo_trl.prefix_sharing.shared_logps``, the group's prompt forwarded once.
+* ``shared``: ``echo_trl.prefix.attention.shared_logps``, the group's prompt forwarded once.
 
 Same random-init Qwen3-architecture model for all (fp32, SDPA); repetitions alternate the order
 (A B C, C B A, ...) and ratios are medians of per-repetition ratios, so machine load hits all alike.
@@ -56,7 +56,7 @@ def build_model(vocab: int, hidden: int, layers: int):
     from transformers import AutoConfig, AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from echo_trl.prefix_sharing import enable_prefix_tree_attention
+    from echo_trl.prefix.attention import enable_prefix_tree_attention
 
     heads = max(2, hidden // 64)
     config = AutoConfig.for_model("qwen3", vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2,
@@ -92,7 +92,7 @@ def loss_of(logps, env, action, adv):
     """GRPO-style policy term on the action tokens + 0.1 x ECHO's world term on the env tokens."""
     import torch
 
-    from echo_trl.loss import world_loss
+    from echo_trl.train.loss import world_loss
 
     ratio = torch.exp(logps - logps.detach())
     policy = (-(ratio * adv[:, None]) * action).sum(-1) / action.sum(-1).clamp(min=1)
@@ -100,7 +100,7 @@ def loss_of(logps, env, action, adv):
 
 
 def variants(model, ids, mask, k, env, action, adv):
-    from echo_trl.prefix_sharing import shared_logps
+    from echo_trl.prefix.attention import shared_logps
 
     def unshared():
         labels = ids.masked_fill(mask == 0, -100)  # TRL 1.16 _get_per_token_logps_and_entropies
@@ -149,10 +149,10 @@ def awm_sharing(batch_sizes: list[int], seed: int = 0) -> dict:
     schemas), micro-batches cut from the grouped epoch order vs a uniformly shuffled one."""
     import numpy as np
 
-    from echo_trl.collator import CollatorSettings, trajectory_features
-    from echo_trl.prefix_order import prefix_grouped_order
-    from echo_trl.prefix_tree import build_prefix_tree
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.train.collator import CollatorSettings, trajectory_features
+    from echo_trl.prefix.order import prefix_grouped_order
+    from echo_trl.prefix.tree import build_prefix_tree
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     ds = bundled_dataset(compact_tools=False)
     tok = build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=4096)
@@ -184,7 +184,7 @@ def run(args) -> dict:
     setup(args)
     import torch
 
-    from echo_trl.prefix_tree import build_prefix_tree, rows_from_padded
+    from echo_trl.prefix.tree import build_prefix_tree, rows_from_padded
 
     quick = args.quick
     groups = args.groups or ([4, 8] if quick else [4, 8, 16])
@@ -259,7 +259,7 @@ def run(args) -> dict:
 def awm_group(G: int, max_completion: int):
     """A group of ``G`` AWM-shaped trajectories: one bundled episode's prompt (system prompt + full tool schemas
     + task), each with another bundled episode's completion (cut to ``max_completion`` tokens by the trainer)."""
-    from echo_trl.dataset import row_to_trajectory, trajectories_to_dataset
+    from echo_trl.data.dataset import row_to_trajectory, trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     ds = bundled_dataset(compact_tools=False)

@@ -48,7 +48,7 @@ def turn(rng: random.Random, k: int) -> list[dict]:
 def trajectory_of_length(tokenizer, target: int, seed: int):
     """A trajectory whose rendered length is just at or above ``target`` tokens."""
     from echo_trl.roles import Trajectory
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     rng = random.Random(seed)
     prompt = [{"role": "system", "content": "You are a shop agent. Use the tools to complete the task."},
@@ -72,8 +72,8 @@ def run(args) -> dict:
     setup(args)
     import torch
 
-    from echo_trl.dataset import trajectories_to_dataset
-    from echo_trl.tiny import build_tiny_model, build_tiny_tokenizer
+    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
 
     quick = args.quick
     lengths = args.lengths or ([512, 1024, 2048, 4096] if quick else [1024, 2048, 4096, 8192])

@@ -65,8 +65,8 @@ def run(args) -> dict:
     setup(args)
     import torch
 
-    from echo_trl.collator import CollatorSettings, trajectory_features
-    from echo_trl.tiny import build_tiny_model, build_tiny_tokenizer
+    from echo_trl.train.collator import CollatorSettings, trajectory_features
+    from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
 
     torch.manual_seed(0)
     quick = args.quick

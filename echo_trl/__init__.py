@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Role": "roles", "Trajectory": "roles",
     "EchoTrlError": "errors", "EpisodeError": "errors", "TemplateError": "errors", "DatasetSchemaError": "errors",
-    "awm_episode_to_trajectory": "awm", "load_awm_episodes": "awm",
-    "build_awm_dataset": "dataset", "load_echo_dataset": "dataset", "FEATURES": "dataset",
-    "tokenize_with_roles": "tokenization", "RoleTokens": "tokenization",
+    "awm_episode_to_trajectory": "data.awm", "load_awm_episodes": "data.awm",
+    "build_awm_dataset": "data.dataset", "load_echo_dataset": "data.dataset", "FEATURES": "data.dataset",
+    "tokenize_with_roles": "tokens.tokenization", "RoleTokens": "tokens.tokenization",
     "EchoGRPOConfig": "config", "EchoGRPOTrainer": "trainer",
 }
 
@@ -39,12 +39,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .awm import awm_episode_to_trajectory, load_awm_episodes
+    from .data.awm import awm_episode_to_trajectory, load_awm_episodes
     from .config import EchoGRPOConfig
-    from .dataset import FEATURES, build_awm_dataset, load_echo_dataset
+    from .data.dataset import FEATURES, build_awm_dataset, load_echo_dataset
     from .errors import DatasetSchemaError, EchoTrlError, EpisodeError, TemplateError
     from .roles import Role, Trajectory
-    from .tokenization import RoleTokens, tokenize_with_roles
+    from .tokens.tokenization import RoleTokens, tokenize_with_roles
     from .trainer import EchoGRPOTrainer
 
 

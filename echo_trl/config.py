@@ -106,13 +106,13 @@ class EchoGRPOConfig(GRPOConfig):
         max_world_model_tokens (`int` or `None`, *optional*):
             At most this many world-target tokens (the first ones) of each observation: the environment's reply
             to one agent turn, i.e. everything between two assistant turns (all tool messages of a parallel call
-            together). The same offline and online (`echo_trl.world_mask`). `None` = all.
+            together). The same offline and online (`echo_trl.tokens.world_mask`). `None` = all.
 
         > Parameters that control the speed of the offline forward (never its numbers)
 
         prefix_sharing (`bool`, *optional*, defaults to `True`):
             Offline: forward the common prefixes of a micro-batch once (a group's prompt, a scenario's tool
-            preamble), with every suffix attending to them (`echo_trl.prefix_sharing`): the same log-probs,
+            preamble), with every suffix attending to them (`echo_trl.prefix.attention`): the same log-probs,
             losses and gradients as the unshared forward. Epochs put the rows of a group into the same
             micro-batch (still each trajectory once per epoch). Not applied online (see docs/prefix_sharing.md).
         prefix_sharing_min_tokens (`int`, *optional*, defaults to `64`):
@@ -123,7 +123,7 @@ class EchoGRPOConfig(GRPOConfig):
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
             Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
             `"initial"`: the starting model's log-probs, computed once per run (one no-gradient forward per
-            trajectory, cached with the tokenized dataset; `echo_trl.behavior`), so GRPO's clipping bounds how far
+            trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how far
             training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
             policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
             carry `behavior_logprobs` always use them. The default is measured: over 60 offline steps on the

@@ -29,18 +29,18 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from . import batch_metrics, offline, trl_compat
-from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
-from .behavior import add_initial_logprobs
-from .cards import ECHO_PAPER, add_echo_section
-from .collator import CollatorSettings, collate_features, trajectory_features
+from .train import metrics, offline, trl_compat
+from .train.advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
+from .train.behavior import add_initial_logprobs
+from .data.cards import ECHO_PAPER, add_echo_section
+from .train.collator import CollatorSettings, collate_features, trajectory_features
 from .config import EchoGRPOConfig
 from .errors import EchoTrlError
-from .loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
-from .offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
-from .online_masks import online_masks
-from .precision import FP16_WARNING, check_world_finite, uses_fp16
-from .world_eval import HeldOutTotals
+from .train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .train.offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
+from .train.online_masks import online_masks
+from .train.precision import FP16_WARNING, check_world_finite, uses_fp16
+from .train.world_eval import HeldOutTotals
 
 __all__ = ["ADVANTAGE_COLUMN", "EVAL_INDEX_COLUMN", "EchoGRPOTrainer", "no_reward", "recorded_reward"]
 
@@ -150,7 +150,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         output.update(env_output_mask=masks.env_output_mask, warning_mask=masks.warning_mask,
                       world_mask=masks.world_mask, world_num_items=self.accelerator.gather(
                           global_count(masks.world_mask, self.args.world_loss_normalization)).sum())
-        batch_metrics.log_online_batch(trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures,
+        metrics.log_online_batch(trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures,
                                        self.accelerator.gather)
         return output
 
@@ -185,7 +185,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         trl_compat.add_sampling_logps(self, batch, self.args.per_device_train_batch_size if mode == "train"
                                       else self.args.per_device_eval_batch_size)
         m = trl_compat.metrics(self, mode)
-        batch_metrics.log_offline_batch(m, rewards, batch["advantages"], batch["completion_mask"], features,
+        metrics.log_offline_batch(m, rewards, batch["advantages"], batch["completion_mask"], features,
                                         self.accelerator.gather)
         if mode == "train":
             tokens = batch["prompt_mask"].sum() + batch["completion_mask"].sum()
@@ -265,7 +265,7 @@ class EchoGRPOTrainer(GRPOTrainer):
             self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), ce_logps, env_mask, warn_mask, totals[:4],
                                 self.accelerator.gather)
             held_out = self._echo_eval.means()
-        batch_metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)
+        metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)
         return coeff * wl.loss
 
     # ----------------------------------------------------------------------------------------

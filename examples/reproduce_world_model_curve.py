@@ -17,7 +17,7 @@ GRPO on action tokens would itself lower env CE by teaching a random-init model 
 (measured: -14 % with lambda = 0 from random init, quick settings), which a pretrained model would not gain.
 
 Every ``--eval_every`` optimizer steps (and at step 0) it measures, on the held-out episodes and
-independently of the trainer (``echo_trl.world_eval.evaluate_world_model``: teacher-forced, nats per
+independently of the trainer (``echo_trl.train.world_eval.evaluate_world_model``: teacher-forced, nats per
 env-output token), the env-token CE, and the held-out action-token CE (how well the policy still
 predicts the recorded agent turns). Writes under ``--output_dir``: ``curves.png`` (the three
 curves), ``lambda_sweep.png`` (final env CE and policy loss per lambda, collapse flagged) and
@@ -103,7 +103,7 @@ def quiet() -> None:
 
 
 def load_data(args):
-    from echo_trl.dataset import build_awm_dataset
+    from echo_trl.data.dataset import build_awm_dataset
 
     splits = json.loads(Path(args.splits).read_text())
     ds = build_awm_dataset([args.data_dir], compact_tools=True)
@@ -139,7 +139,7 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
     import torch
 
     from echo_trl.roles import Role
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     was = model.training
     model.eval()
@@ -172,7 +172,7 @@ def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool
 
     from echo_trl.config import EchoGRPOConfig
     from echo_trl.trainer import EchoGRPOTrainer
-    from echo_trl.world_eval import evaluate_world_model
+    from echo_trl.train.world_eval import evaluate_world_model
 
     torch.manual_seed(args.seed)
     cuda = torch.cuda.is_available()

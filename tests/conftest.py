@@ -36,7 +36,7 @@ def require_shared(path: Path) -> Path:
 
 @functools.cache
 def tiny_tokenizer(family: str = "qwen3"):
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer(family)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from echo_trl.advantages import collated_advantages, group_advantages, with_advantages
+from echo_trl.train.advantages import collated_advantages, group_advantages, with_advantages
 
 
 def test_group_advantages_follow_trl_formulas():

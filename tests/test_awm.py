@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from echo_trl.awm import awm_episode_to_trajectory, load_awm_episodes, tool_schema
+from echo_trl.data.awm import awm_episode_to_trajectory, load_awm_episodes, tool_schema
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 

@@ -14,9 +14,9 @@ from conftest import tiny_tokenizer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echo_trl import awm_agent as A
-from echo_trl.awm import awm_episode_to_trajectory
-from echo_trl.dataset import row_to_trajectory, trajectory_to_row
+from echo_trl.data import awm_agent as A
+from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.data.dataset import row_to_trajectory, trajectory_to_row
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 
@@ -199,7 +199,7 @@ def test_awm_agent_rows_render_without_tool_schemas_and_roles_follow():
     row = trajectory_to_row(t, "awm-agent")
     assert len(row["tools"]) == 2 and row["format"] == "awm-agent"
     assert row_to_trajectory(row).tools == []  # the official agent gives its model no tool schemas
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     tok = tiny_tokenizer("qwen3")
     rt = tokenize_with_roles(tok, row)
@@ -212,8 +212,8 @@ def test_awm_agent_rows_render_without_tool_schemas_and_roles_follow():
 
 def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_path, awm1k_samples):
     """Acceptance, as an AWM user: capture on the AWM-1K sample, build --format awm-agent, compare bytes."""
-    from echo_trl.cli import main as cli
-    from echo_trl.dataset import load_echo_dataset
+    from echo_trl.commands.cli import main as cli
+    from echo_trl.data.dataset import load_echo_dataset
 
     replay = tmp_path / "replay.jsonl"
     replay.write_text(json.dumps({"task_idx": 0, "calls": [

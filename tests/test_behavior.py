@@ -15,14 +15,14 @@ import pytest
 import torch
 from test_trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_model, trajectory
 
-from echo_trl import trl_compat
-from echo_trl.behavior import model_fingerprint
-from echo_trl.collator import INITIAL_LOGPS
+from echo_trl.train import trl_compat
+from echo_trl.train.behavior import model_fingerprint
+from echo_trl.train.collator import INITIAL_LOGPS
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
-from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
-from echo_trl.token_cache import ROLES
+from echo_trl.tokens.cache import ROLES
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -172,7 +172,7 @@ def test_a_stale_column_is_never_used(tmp_path):
 
 
 def test_unrecorded_rows_follow_the_dataset_view():
-    from echo_trl.behavior import unrecorded_rows
+    from echo_trl.train.behavior import unrecorded_rows
 
     ds = trajectories_to_dataset([trajectory(i, 1.0, "g", behavior=[0.1] * 3 if i % 2 else None) for i in range(6)])
     assert unrecorded_rows(ds) == [0, 2, 4]

@@ -11,8 +11,8 @@ from conftest import tiny_tokenizer
 from test_awm import openenv_episode
 from test_trainer import dataset, tiny_model
 
-from echo_trl.awm import awm_episode_to_trajectory
-from echo_trl.cards import (
+from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.data.cards import (
     ECHO_CITATION,
     SECTION_MARKER,
     dataset_card,
@@ -21,7 +21,7 @@ from echo_trl.cards import (
     plural,
 )
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.trainer import EchoGRPOTrainer
 
 REPO = Path(__file__).resolve().parents[1]

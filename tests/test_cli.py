@@ -11,11 +11,11 @@ from conftest import AWM1K_SAMPLES, require_shared
 from test_awm import openenv_episode
 from test_outputs import unprivileged
 
-from echo_trl.cli import COMMANDS, main
+from echo_trl.commands.cli import COMMANDS, main
 
 
 def run_cli(*args, cwd=None, prefix=()):
-    return subprocess.run([*prefix, sys.executable, "-m", "echo_trl.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([*prefix, sys.executable, "-m", "echo_trl.commands.cli", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"})
 
 
@@ -27,7 +27,7 @@ def test_help_lists_every_command(capsys):
 
 
 def test_build_dataset_lenient_then_stats_json(tmp_path):
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     eps = tmp_path / "eps.jsonl"
     eps.write_text("\n".join([json.dumps(openenv_episode()), '{"scenario": 1}',
@@ -125,8 +125,8 @@ def test_inputs_lost_silently_before_are_named(tmp_path):
 def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
     from pathlib import Path
 
-    from echo_trl.dataset import load_echo_dataset
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.data.dataset import load_echo_dataset
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     episodes = Path(__file__).resolve().parents[1] / "data" / "episodes" / "library_1_task0.jsonl"
     assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent"), "--format", "awm-agent"]) == 0
@@ -166,7 +166,7 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
     import os
 
     for argv in (["--help"], ["stats", "--help"]):
-        proc = subprocess.Popen([sys.executable, "-m", "echo_trl.cli", *argv], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "echo_trl.commands.cli", *argv], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         proc.stdout.close()  # the reader is gone before anything is written
         err = proc.stderr.read().decode()
@@ -252,7 +252,7 @@ def hub():
 
 
 def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, hub):
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
     eps = tmp_path / "e.json"
@@ -263,7 +263,7 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
              (["train", "--model_name_or_path", tmp_path / "no_model", "--dataset_name", tmp_path, "--use_cpu",
                "--output_dir", tmp_path / "o"], f"--model_name_or_path {tmp_path / 'no_model'}")]
     for argv, named in cases:
-        r = subprocess.run([sys.executable, "-m", "echo_trl.cli", *map(str, argv)], capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", *map(str, argv)], capture_output=True, text=True,
                            env=hub.env(), timeout=300)
         assert r.returncode == 2, r.stderr
         assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
@@ -271,16 +271,16 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
 
 
 def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hub):
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "stats", "someone/awm-echo", "--tokenizer",
                         str(tmp_path / "tok")], capture_output=True, text=True, env=hub.env(), timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
     assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
     offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "stats", "someone/awm-echo", "--tokenizer",
+    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "stats", "someone/awm-echo", "--tokenizer",
                         str(tmp_path / "tok")], capture_output=True, text=True, env=offline, timeout=300)
     assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
     assert hub.count == 1  # offline: the Hub is not asked at all
@@ -289,6 +289,6 @@ def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hu
 def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
     eps = tmp_path / "eps.jsonl"
     eps.write_text(json.dumps(openenv_episode()) + "\n")
-    r = subprocess.run([sys.executable, "-m", "echo_trl.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
+    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "Saving the dataset" not in r.stderr and r.stderr == "", r.stderr

@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import tiny_tokenizer
 
-from echo_trl.collator import CollatorSettings, collate_features, trajectory_features
+from echo_trl.train.collator import CollatorSettings, collate_features, trajectory_features
 from echo_trl.errors import DatasetSchemaError
 from echo_trl.roles import Trajectory, tool_call
-from echo_trl.tokenization import tokenize_with_roles
+from echo_trl.tokens.tokenization import tokenize_with_roles
 
 
 def traj(outputs=("{\"items\": [1, 2]}", "Error: no such product"), warnings=None, behavior=None,
@@ -108,7 +108,7 @@ def test_collate_pads_like_trl():
 def test_real_captured_awm_episode(captured_episode):
     import json
 
-    from echo_trl.awm import awm_episode_to_trajectory
+    from echo_trl.data.awm import awm_episode_to_trajectory
 
     t = awm_episode_to_trajectory(json.loads(captured_episode.read_text()))
     tok = tiny_tokenizer("qwen2_5")
@@ -139,11 +139,11 @@ def test_context_length_bounds_the_whole_trajectory_at_a_message_end():
                                       CollatorSettings(world_loss_target="all", max_world_model_tokens=3,
                                                        max_completion_length=33)], ids=["whole", "cut", "all-capped"])
 def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkeypatch, tmp_path):
-    """The trainer's rows carry cached tokens (echo_trl.token_cache): their features are the fresh ones, cuts,
+    """The trainer's rows carry cached tokens (echo_trl.tokens.cache): their features are the fresh ones, cuts,
     targets and caps included, and building them renders nothing."""
-    import echo_trl.collator as collator_module
-    from echo_trl.dataset import trajectories_to_dataset
-    from echo_trl.token_cache import tokenize_dataset
+    import echo_trl.train.collator as collator_module
+    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.tokens.cache import tokenize_dataset
 
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
 

@@ -7,11 +7,11 @@ import json
 from conftest import tiny_tokenizer
 from test_awm import openenv_episode
 
-from echo_trl.awm import awm_episode_to_trajectory
-from echo_trl.cli import main as cli_main
+from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands.stats import truncation_report
-from echo_trl.dataset import trajectories_to_dataset
-from echo_trl.tokenization import tokenize_with_roles
+from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.tokens.tokenization import tokenize_with_roles
 
 
 def _dataset():

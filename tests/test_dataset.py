@@ -12,8 +12,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_awm import openenv_episode, session_episode
 
-from echo_trl.awm import awm_episode_to_trajectory
-from echo_trl.dataset import (
+from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.data.dataset import (
     FEATURES,
     build_awm_dataset,
     load_echo_dataset,
@@ -57,7 +57,7 @@ def test_build_is_deterministic(episode_dir):
 def test_rows_are_trl_conversational(episode_dir):
     from trl.data_utils import is_conversational
 
-    from echo_trl.tiny import build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_tokenizer
 
     row = build_awm_dataset([episode_dir])[0]
     assert is_conversational(row)
@@ -255,7 +255,7 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
 
 
 def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
-    from echo_trl.awm_agent import SYSTEM_PROMPT
+    from echo_trl.data.awm_agent import SYSTEM_PROMPT
 
     (episode_dir / "a.json").write_text(json.dumps(openenv_episode(tools=[
         {"name": "search", "description": "Search.", "inputSchema": {}},

@@ -25,7 +25,7 @@ import pytest
 import torch
 from conftest import free_port
 
-from echo_trl.dataset import build_awm_dataset, load_echo_dataset, save_dataset
+from echo_trl.data.dataset import build_awm_dataset, load_echo_dataset, save_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -110,8 +110,8 @@ def runs(assets):
     for name, launcher, per_device in [
         ("ddp", ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                  "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-                 "-m", "echo_trl.cli"], 4),
-        ("single", [sys.executable, "-m", "echo_trl.cli"], 8),
+                 "-m", "echo_trl.commands.cli"], 4),
+        ("single", [sys.executable, "-m", "echo_trl.commands.cli"], 8),
     ]:
         probe_out = root / f"probe_{name}"
         probe_out.mkdir(exist_ok=True)
@@ -138,7 +138,7 @@ def test_both_ranks_hold_identical_parameters(runs):
 def test_world_metrics_are_global_token_counts(assets, runs):
     from transformers import AutoTokenizer
 
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     root, model, _ = assets
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -176,7 +176,7 @@ def test_first_step_loss_and_final_model_match_one_process(runs):
 def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from echo_trl.world_eval import trajectory_env_nll
+    from echo_trl.train.world_eval import trajectory_env_nll
 
     root, model_dir, _ = assets
     # the evaluation before the first step (Trainer evaluates once more after the last one)

@@ -122,8 +122,8 @@ def check_block(block: Block) -> None:
         argv = shlex.split(line, comments=True)
         if argv[:1] == ["echo-trl"]:
             assert not unknown_flags(argv[1:]), (block.where(), line, unknown_flags(argv[1:]))
-        elif "echo_trl.cli" in argv:
-            assert not unknown_flags(argv[argv.index("echo_trl.cli") + 1:]), (block.where(), line)
+        elif "echo_trl.commands.cli" in argv:
+            assert not unknown_flags(argv[argv.index("echo_trl.commands.cli") + 1:]), (block.where(), line)
         if argv[:1] == ["accelerate"] and "--config_file" in argv:
             assert (REPO / argv[argv.index("--config_file") + 1]).is_file(), line
         if argv[:2] and argv[0] == "python" and argv[1].endswith(".py"):
@@ -149,7 +149,7 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "echo-trl"  # the console script of this checkout
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m echo_trl.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m echo_trl.commands.cli "$@"\n')
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from echo_trl.awm import load_awm_episodes
-from echo_trl.cli import main as cli
+from echo_trl.data.awm import load_awm_episodes
+from echo_trl.commands.cli import main as cli
 from echo_trl.envs.awm.policy import PolicyError, ReplayPolicy
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
@@ -87,7 +87,7 @@ def test_capture_cli_errors(tmp_path, capsys):
 
 def test_capture_cli_model_policy_records_logprobs(tmp_path):
     data = _samples()
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     out = tmp_path / "out"
@@ -203,7 +203,7 @@ def test_a_mid_episode_format_error_is_captured_in_full(tmp_path):
 
 
 def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     out = tmp_path / "out"

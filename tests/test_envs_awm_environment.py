@@ -184,7 +184,7 @@ def test_plain_grpo_trainer_runs_online_steps(factory, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     path = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     tok = AutoTokenizer.from_pretrained(path)

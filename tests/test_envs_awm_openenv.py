@@ -21,8 +21,8 @@ import pytest
 from conftest import descendant_pids
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
-from echo_trl.awm import load_awm_episodes
-from echo_trl.cli import main as cli
+from echo_trl.data.awm import load_awm_episodes
+from echo_trl.commands.cli import main as cli
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
 from echo_trl.envs.awm.policy import ReplayPolicy, Script
@@ -147,7 +147,7 @@ def test_capture_from_openenv_server(server, tmp_path):
 
 
 def test_awm_agent_turns_on_an_openenv_server(server):
-    from echo_trl import awm_agent
+    from echo_trl.data import awm_agent
     from echo_trl.envs.awm.agent_format import agent_reply
     from echo_trl.envs.awm.openenv import RemoteEpisode
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_trl.cli import main as cli_main
+from echo_trl.commands.cli import main as cli_main
 from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.scenario import ScenarioSource

@@ -11,11 +11,11 @@ import pytest
 import torch
 from test_cli import CountingEndpoint
 
-from echo_trl.cli import main as cli_main
-from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.commands.cli import main as cli_main
+from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.roles import Trajectory, tool_call
-from echo_trl.tokenization import tokenize_with_roles
-from echo_trl.world_eval import evaluate_world_model
+from echo_trl.tokens.tokenization import tokenize_with_roles
+from echo_trl.train.world_eval import evaluate_world_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -32,7 +32,7 @@ def _traj(i: int, scenario: str) -> Trajectory:
 
 @pytest.fixture(scope="module")
 def model_and_data(tmp_path_factory):
-    from echo_trl.tiny import ensure_tiny_model
+    from echo_trl.demo.tiny import ensure_tiny_model
 
     root = tmp_path_factory.mktemp("evalwm")
     model_dir = ensure_tiny_model(root / "model", family="qwen3", vocab_size=600, hidden_size=32)
@@ -95,7 +95,7 @@ def test_cli_bad_model_is_exit_2(model_and_data, tmp_path, capsys):
 def test_stdout_is_exactly_one_json_object_in_a_real_process(model_and_data):
     model_dir, data_dir, _ = model_and_data
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", "eval-world-model", "--model", str(model_dir),
+    proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "eval-world-model", "--model", str(model_dir),
                            "--dataset", str(data_dir), "--json"], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -108,7 +108,7 @@ def test_local_model_directory_is_never_probed_on_the_hub(model_and_data):
     model_dir, data_dir, _ = model_and_data
     hub = CountingEndpoint()
     try:
-        proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", "eval-world-model", "--model", str(model_dir),
+        proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "eval-world-model", "--model", str(model_dir),
                                "--dataset", str(data_dir), "--json"], capture_output=True, text=True, env=hub.env(),
                               timeout=300)
     finally:

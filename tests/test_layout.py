@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tokenization import expected_text, expected_tool_call_text, make_trajectory, rendered_content
 
-from echo_trl import layout as layout_module
-from echo_trl.layout import Occurrences, layout
+from echo_trl.tokens import layout as layout_module
+from echo_trl.tokens.layout import Occurrences, layout
 from echo_trl.roles import Role
 
 

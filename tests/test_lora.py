@@ -15,7 +15,7 @@ from conftest import tiny_tokenizer
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from echo_trl.cli import main as cli_main
+from echo_trl.commands.cli import main as cli_main
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.trainer import EchoGRPOTrainer

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from echo_trl.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from echo_trl.train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
 
 
 def _batch(seed=0, b=4, t=7):

@@ -23,7 +23,7 @@ def _run_example(tmp_path, *args: str) -> dict:
     """Run examples/train_online_awm.py for one step with a tiny random model; the logged step."""
     from conftest import tiny_tokenizer
 
-    from echo_trl.tiny import build_tiny_model
+    from echo_trl.demo.tiny import build_tiny_model
 
     tok = tiny_tokenizer("qwen3")
     build_tiny_model(tok, "qwen3", hidden_size=32, num_layers=2, num_heads=4).save_pretrained(tmp_path / "model")

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import tiny_tokenizer
 
-from echo_trl.collator import CollatorSettings
-from echo_trl.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
+from echo_trl.train.collator import CollatorSettings
+from echo_trl.train.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
 from echo_trl.roles import tool_call
 
 
@@ -18,7 +18,7 @@ def test_online_mask_is_the_tool_content_only(family):
     from trl import GRPOTrainer
     from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
-    from echo_trl.trl_compat import render_tool_suffix
+    from echo_trl.train.trl_compat import render_tool_suffix
 
     tok = tiny_tokenizer(family)
     # what GRPOTrainer.__init__ sets up for tool training (a prefix-preserving training template if needed)

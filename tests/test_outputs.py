@@ -16,8 +16,8 @@ import pytest
 from test_awm import openenv_episode
 
 from echo_trl import outputs
-from echo_trl.awm import awm_episode_to_trajectory
-from echo_trl.dataset import load_echo_dataset, save_dataset, trajectories_to_dataset
+from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.data.dataset import load_echo_dataset, save_dataset, trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.outputs import atomic_output_dir, check_output_dir, output_lock
 
@@ -166,7 +166,7 @@ PAUSED_SAVE = textwrap.dedent("""
         pathlib.Path(sys.argv[1]).write_text(path)
         time.sleep(600)
     datasets.Dataset.save_to_disk = paused
-    from echo_trl.cli import main
+    from echo_trl.commands.cli import main
     sys.exit(main(sys.argv[2:]))
 """)
 
@@ -196,7 +196,7 @@ def test_kill_9_mid_save_keeps_the_previous_dataset_and_a_second_writer_is_refus
         # A second writer while the first holds the lock: refused at once, nothing touched.
         with pytest.raises(EchoTrlError, match=rf"another process \(pid {proc.pid}\) is writing this output"):
             save_dataset(_dataset(5), out)
-        second = subprocess.run([sys.executable, "-m", "echo_trl.cli", "build-dataset", str(episodes), "--output",
+        second = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(episodes), "--output",
                                  str(out)], capture_output=True, text=True, timeout=120,
                                 env={**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"})
         assert second.returncode == 2 and "Traceback" not in second.stderr

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trl.trainer.utils import RepeatSampler
 
-from echo_trl.prefix_order import prefix_grouped_order, repeat_like_trl
+from echo_trl.prefix.order import prefix_grouped_order, repeat_like_trl
 
 
 def _runs(labels):

@@ -12,14 +12,14 @@ import torch
 from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-from echo_trl.loss import world_loss
-from echo_trl.prefix_sharing import (
+from echo_trl.train.loss import world_loss
+from echo_trl.prefix.attention import (
     MIN_SHARED_TOKENS,
     TREE_ATTENTION,
     enable_prefix_tree_attention,
     shared_logps,
 )
-from echo_trl.tiny import build_tiny_model
+from echo_trl.demo.tiny import build_tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -169,7 +169,7 @@ def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
 
 
 def test_world_loss_and_grpo_loss_from_shared_logps_match():
-    """ECHO's world term (echo_trl.loss.world_loss over env tokens) and a GRPO-style clipped-ratio term."""
+    """ECHO's world term (echo_trl.train.loss.world_loss over env tokens) and a GRPO-style clipped-ratio term."""
     prompts, completions = _shapes()["groups_share_preamble"]
     ids, mask, k = _batch(prompts, completions)
     g = torch.Generator().manual_seed(3)
@@ -262,7 +262,7 @@ def test_no_grad_reference_logps():
 
 def test_children_split_into_query_blocks(monkeypatch):
     """Long children attend block by block (each block up to its own last key); tiny blocks force many."""
-    import echo_trl.prefix_sharing as ps
+    import echo_trl.prefix.attention as ps
 
     monkeypatch.setattr(ps, "QUERY_BLOCK", 4)
     model = _model("llama3_1")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echo_trl.prefix_tree import IGNORE, build_prefix_tree, gather_index, rows_from_padded
+from echo_trl.prefix.tree import IGNORE, build_prefix_tree, gather_index, rows_from_padded
 
 
 def _check_invariants(tree, rows, positions=None):

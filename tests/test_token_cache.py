@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from conftest import REPO, tiny_tokenizer
 
-from echo_trl import token_cache
-from echo_trl.dataset import build_awm_dataset
+from echo_trl.tokens import cache as token_cache
+from echo_trl.data.dataset import build_awm_dataset
 from echo_trl.errors import EchoTrlError
-from echo_trl.tiny import build_tiny_tokenizer
-from echo_trl.token_cache import TOKEN_COLUMNS, has_tokens, row_tokens, tokenize_dataset
-from echo_trl.tokenization import tokenize_with_roles
+from echo_trl.demo.tiny import build_tiny_tokenizer
+from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens, row_tokens, tokenize_dataset
+from echo_trl.tokens.tokenization import tokenize_with_roles
 
 EPISODES = REPO / "data" / "episodes"
 

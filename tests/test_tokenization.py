@@ -15,10 +15,10 @@ from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echo_trl.awm import load_awm_episodes
+from echo_trl.data.awm import load_awm_episodes
 from echo_trl.errors import TemplateError
 from echo_trl.roles import Role, Trajectory, tool_call
-from echo_trl.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
+from echo_trl.tokens.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
 
 ACTION, ENV_OUTPUT, WARNING = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.WARNING.code
 
@@ -150,7 +150,7 @@ def test_zero_env_tokens_is_fine():
 
 
 def test_batch_equals_one_by_one_and_dataset_rows_equal_trajectories():
-    from echo_trl.dataset import trajectory_to_row
+    from echo_trl.data.dataset import trajectory_to_row
 
     tok = tiny_tokenizer("qwen3")
     ts = [make_trajectory(HARD_OUTPUTS[:k + 1]) for k in range(4)]
@@ -215,7 +215,7 @@ def test_prompt_longer_than_max_length_is_an_error():
 
 
 def test_annotation_marks_exactly_the_learnable_text():
-    from echo_trl.tokenization import annotate_roles
+    from echo_trl.tokens.tokenization import annotate_roles
 
     tok = tiny_tokenizer("qwen2_5")
     t = make_trajectory(['{"ok": true}', "not found"], warnings={1: ["hurry"]})

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from echo_trl.cli import main as cli_main
+from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands import train as train_cmd
-from echo_trl.dataset import build_awm_dataset
+from echo_trl.data.dataset import build_awm_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.errors import EchoTrlError
-from echo_trl.loading import resolve_checkpoint
+from echo_trl.commands.loading import resolve_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -190,7 +190,7 @@ def test_a_training_command_is_quiet_by_default(assets, tmp_path):
     import sys
 
     root, model, _ = assets
-    proc = subprocess.run([sys.executable, "-m", "echo_trl.cli", *_flags(root, model, tmp_path / "o")],
+    proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", *_flags(root, model, tmp_path / "o")],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
     for noise in ("FutureWarning", "gradient_checkpointing", "Loading weights", "Writing model shards", "Saving"):

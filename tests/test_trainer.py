@@ -13,7 +13,7 @@ from conftest import free_port, tiny_tokenizer
 from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.dataset import trajectories_to_dataset
+from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call
@@ -240,7 +240,7 @@ def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_i
     """TRL's default max_completion_length would cut long recorded episodes silently; offline leaves it unset."""
     from trl import GRPOConfig
 
-    from echo_trl.offline import check_settings
+    from echo_trl.train.offline import check_settings
 
     trl_default = GRPOConfig.__dataclass_fields__["max_completion_length"].default
     long = trajectory(0, 1.0, "a")
@@ -287,7 +287,7 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
     world gradient is the true window gradient x (window's count) / (generation batch's count x GA / spg)."""
     from trl.trainer.utils import split_tensor_dict
 
-    from echo_trl.loss import global_count
+    from echo_trl.train.loss import global_count
 
     ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"),
           trajectory(3, 0.1, "b", empty_outputs=True)]  # the last row has no world token
@@ -344,7 +344,7 @@ def test_importance_ratio_uses_behavior_logprobs(tmp_path):
 
 
 def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
-    from echo_trl.world_eval import evaluate_world_model
+    from echo_trl.train.world_eval import evaluate_world_model
 
     held = trajectories_to_dataset([trajectory(10 + i, 0.5, f"h{i}", warning=(i == 0)) for i in range(5)])
     trainer = make_trainer(tmp_path, eval_dataset=held)
@@ -355,7 +355,7 @@ def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
     again = trainer.evaluate()  # totals restart with each evaluation
     assert again["eval_world/ce_env"] == pytest.approx(ref["ce_env"], rel=1e-5)
     # completions cut to max_completion_length (at a message end) are measured the same way by both
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     t = tokenize_with_roles(tiny_tokenizer("qwen3"), held[0])
     limit = t.message_token_spans[1][1] - t.prompt_length + 2  # room for the first call and its result only
@@ -370,7 +370,7 @@ def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures
                                                                                   world_temperature):
     """eval_world/ce_env is the paper's held-out CE (temperature 1), also when TRL samples at another temperature
     and the world term trains at yet another; the training metric stays the CE the world term trains on."""
-    from echo_trl.world_eval import evaluate_world_model
+    from echo_trl.train.world_eval import evaluate_world_model
 
     held = trajectories_to_dataset([trajectory(10 + i, 0.5, f"h{i}", warning=(i == 0)) for i in range(3)])
     trainer = make_trainer(tmp_path, eval_dataset=held, temperature=temperature,
@@ -390,7 +390,7 @@ def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures
 def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     """Several processes: accelerate evens out the last eval batch of each with rows from the start of the
     eval set. A repeated row index (as gathered from such a batch) counts once, whatever the batch."""
-    from echo_trl.world_eval import evaluate_world_model
+    from echo_trl.train.world_eval import evaluate_world_model
 
     held = trajectories_to_dataset([trajectory(10 + i, float(i % 2), f"h{i // 2}", warning=(i < 2)) for i in range(3)])
     trainer = make_trainer(tmp_path, eval_dataset=held)

@@ -9,10 +9,10 @@ import torch
 from conftest import tiny_tokenizer
 from test_trainer import batch, tiny_model, trajectory
 
-from echo_trl import collator, token_cache, tokenization
+from echo_trl.train import collator, token_cache, tokenization
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.dataset import trajectories_to_dataset
-from echo_trl.token_cache import TOKEN_COLUMNS, has_tokens
+from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

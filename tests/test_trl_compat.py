@@ -1,4 +1,4 @@
-"""The TRL internals ``echo_trl.trl_compat`` relies on still exist, with the shapes it expects.
+"""The TRL internals ``echo_trl.train.trl_compat`` relies on still exist, with the shapes it expects.
 
 Each test names what moved when it fails: run this file first after upgrading TRL.
 """
@@ -19,7 +19,7 @@ from test_trainer import _prompt_dataset, _rollout, batch, make_trainer, tiny_mo
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from echo_trl import trl_compat
+from echo_trl.train import trl_compat
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.trainer import EchoGRPOTrainer
 
@@ -66,7 +66,7 @@ def _version(text: str) -> tuple[int, ...]:
 def test_installed_trl_is_in_the_range_this_module_is_written_for():
     low, high = trl_compat.TRL_VERSION_RANGE
     assert _version(low) <= _version(trl.__version__) < _version(high), (
-        f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/trl_compat.py")
+        f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/train/trl_compat.py")
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("trl"))
     assert _version(pin.split(">=")[1]) == _version(low) and _version(pin.split("<")[1]) == _version(high), pin
@@ -163,7 +163,7 @@ def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
     ``set_epoch(e)`` (what Trainer does on resume) gives epoch e's order, where TRL's replays epoch 0's."""
     from trl.trainer.utils import RepeatSampler
 
-    from echo_trl.trl_compat import ResumableRepeatSampler
+    from echo_trl.train.trl_compat import ResumableRepeatSampler
 
     def kw():
         return dict(data_source=range(12), mini_repeat_count=1, batch_size=4, repeat_count=2, shuffle=True, seed=7)

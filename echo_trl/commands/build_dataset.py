@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..awm import DEFAULT_SYSTEM_PROMPT, FORMATS, VERIFY_TURNS, SkippedRecord
-from ..cards import plural
-from ..dataset import DATASET_MARKER, build_awm_dataset, save_dataset
+from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, VERIFY_TURNS, SkippedRecord
+from ..data.cards import plural
+from ..data.dataset import DATASET_MARKER, build_awm_dataset, save_dataset
 from ..outputs import check_output_dir
 
 DESCRIPTION = """\
@@ -40,7 +40,7 @@ file:record: field) or an --output that cannot be written, 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+    from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
     p = ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

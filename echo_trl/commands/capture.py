@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..awm import DEFAULT_SYSTEM_PROMPT, FORMATS, default_verify_turn
+from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, default_verify_turn
 from ..errors import EchoTrlError
 from ..outputs import check_output_dir
 from ..progress import progress
@@ -51,7 +51,7 @@ is compared with the recorded one (capture_log.txt: 'replay check').
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+    from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
     p = ArgumentParser(
         prog="echo-trl capture", description="Run an AWM scenario locally (SQLite + generated MCP server + "

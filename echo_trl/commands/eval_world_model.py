@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..cli import ArgumentParser
-from ..loading import load_dataset_named, load_model, load_tokenizer, locate
+from .cli import ArgumentParser
+from .loading import load_dataset_named, load_model, load_tokenizer, locate
 
 
 def parse_args(argv: list[str]):
@@ -40,7 +40,7 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from ..world_eval import evaluate_world_model
+    from ..train.world_eval import evaluate_world_model
 
     for name, what in ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer")):
         if name is not None:

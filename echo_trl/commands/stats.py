@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..cards import plural
-from ..cli import ArgumentParser
+from ..data.cards import plural
+from .cli import ArgumentParser
 from ..errors import EchoTrlError
-from ..loading import load_tokenizer, load_trajectories
+from .loading import load_tokenizer, load_trajectories
 from ..progress import progress
-from ..stats import format_stats, token_stats
-from ..tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
+from ..tokens.stats import format_stats, token_stats
+from ..tokens.tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
 
 DESCRIPTION = """\
 Tokenize every trajectory exactly as the trainer does (the model's chat template, one

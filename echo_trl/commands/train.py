@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
         from ..demo.run import main as demo_main
 
         return demo_main(argv[1:])
-    from ..loading import check_config_file
+    from .loading import check_config_file
 
     check_config_file(argv)
     parser = make_parser()
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from ..loading import locate, resolve_checkpoint
+    from .loading import locate, resolve_checkpoint
     from ..trainer import EchoGRPOTrainer
 
     if not model_args.model_name_or_path:
@@ -138,7 +138,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
 
 
 def _load_split(name: str, split: str):
-    from ..loading import load_dataset_named
+    from .loading import load_dataset_named
 
     try:
         return load_dataset_named(name, split=split)

@@ -56,7 +56,7 @@ def add_warmup_arguments(parser, *, before: str = "every run") -> None:
 def warmup_examples(tokenizer, rows, max_completion_length: int | None = None) -> list[tuple[list[int], list[int]]]:
     """``(input_ids, labels)`` per trajectory: env-output and warning tokens are dropped from the sequence;
     labels are the token ids at context and action positions, ``-100`` elsewhere (HF convention, unshifted)."""
-    from ..tokenization import tokenize_batch
+    from ..tokens.tokenization import tokenize_batch
 
     examples = []
     for tok in tokenize_batch(tokenizer, list(rows)):

@@ -47,7 +47,7 @@ def quiet():
 
 
 def build(args):
-    from echo_trl.tiny import build_tiny_model, build_tiny_tokenizer
+    from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
 
     from .env import FILES
     from .trajectories import TRAIN_TASKS, trajectories
@@ -65,7 +65,7 @@ def warm_start(model, tokenizer, train, steps: int, lr: float = 3e-3, seed: int 
     import torch
 
     from echo_trl.roles import Role
-    from echo_trl.tokenization import tokenize_with_roles
+    from echo_trl.tokens.tokenization import tokenize_with_roles
 
     torch.manual_seed(seed)
     seqs = []
@@ -88,8 +88,8 @@ def warm_start(model, tokenizer, train, steps: int, lr: float = 3e-3, seed: int 
 
 
 def heldout_ce(model, tokenizer) -> dict:
-    from echo_trl.dataset import trajectory_to_row
-    from echo_trl.world_eval import evaluate_world_model
+    from echo_trl.data.dataset import trajectory_to_row
+    from echo_trl.train.world_eval import evaluate_world_model
 
     from .trajectories import HELDOUT_TASKS, trajectories
 

@@ -1,6 +1,6 @@
 """The official AWM agent's format, live: capture with a model and train online in it.
 
-:mod:`echo_trl.awm_agent` holds the format (system prompt, ``list_tools`` reply, call parsing,
+:mod:`echo_trl.data.awm_agent` holds the format (system prompt, ``list_tools`` reply, call parsing,
 reply texts); this module carries out an agent's turns on a live episode with those functions:
 
 * :func:`agent_reply`: one parsed action -> what the official agent's loop does and replies
@@ -9,7 +9,7 @@ reply texts); this module carries out an agent's turns on a live episode with th
   name -> the official "Unknown tool" reply, recorded as a format error);
 * :class:`AWMAgentModelPolicy`: ``capture --format awm-agent --policy model:PATH``: the official
   system prompt, no tool schemas in the chat template, each turn parsed with
-  :func:`echo_trl.awm_agent.next_action` (its first ``<tool_call>`` block; further blocks are
+  :func:`echo_trl.data.awm_agent.next_action` (its first ``<tool_call>`` block; further blocks are
   ignored, one call per turn; no readable call = the final answer, which goes to the verifier);
 * :class:`AWMAgentEnvironment` (:func:`awm_agent_environment_factory`): a TRL environment with
   exactly two tools, ``list_tools`` and ``call_tool`` (the official names, descriptions and
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ... import awm_agent
+from ...data import awm_agent
 from .environment import AWMEnvironment, _factory, _pool
 from .episode import Episode
 from .policy import ModelPolicy, fill_system_prompt

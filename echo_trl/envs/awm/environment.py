@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...awm import VERIFY_TURNS, serialize_output
+from ...data.awm import VERIFY_TURNS, serialize_output
 from .episode import Episode
 from .policy import fill_system_prompt
 from .pool import ServerPool
@@ -338,7 +338,7 @@ def awm_task_dataset(scenario: Scenario | Sequence[Scenario],
     """
     from datasets import Dataset
 
-    from ...awm import DEFAULT_SYSTEM_PROMPT
+    from ...data.awm import DEFAULT_SYSTEM_PROMPT
 
     many = not isinstance(scenario, Scenario)
     scenarios = list(scenario) if many else [scenario]

@@ -4,7 +4,7 @@ The runtime owns one temp directory, the SQLite database built from schema + sam
 initial snapshot, and one contained scenario server. Episodes reuse the server: ``new_episode``
 restores the live database from the snapshot (SQLite backup API, milliseconds) and opens a
 fresh MCP session. Every step becomes an observation in the OpenEnv capture shape that
-``echo_trl.awm.load_awm_episodes`` reads::
+``echo_trl.data.awm.load_awm_episodes`` reads::
 
     {"action": {"tool_name": str, "arguments": dict},
      "observation": {"tool_name", "tool_result" | "error" | "verify_result", "warning",
@@ -38,7 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ...awm import VERIFY_TURNS
+from ...data.awm import VERIFY_TURNS
 from . import sandbox
 from .database import BuildReport, build_database, copy_database
 from .mcp_client import MCPError, MCPSession

@@ -21,8 +21,8 @@ stops early when the environment ends the episode (server failure; a format erro
 
 Recorded episodes are replay input too: the OpenEnv capture shape (what ``echo-trl capture``
 writes) and AWM's ``trajectory.json``, as ``.json`` / ``.jsonl`` files or directories of them,
-read with :func:`echo_trl.awm.iter_episode_records` and validated by
-:func:`echo_trl.awm.awm_episode_to_trajectory` (errors name file, record and field). Their tool
+read with :func:`echo_trl.data.awm.iter_episode_records` and validated by
+:func:`echo_trl.data.awm.awm_episode_to_trajectory` (errors name file, record and field). Their tool
 calls are replayed (a final ``verify`` step, or a ``verification`` entry, becomes the verifier
 run with the recorded final answer), and every step is compared with the recorded observation
 after :func:`normalize_timestamps` (databases built from AWM samples carry their creation
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...awm import awm_episode_to_trajectory, iter_episode_records, serialize_output
+from ...data.awm import awm_episode_to_trajectory, iter_episode_records, serialize_output
 from ...errors import EchoTrlError, EpisodeError
 from .episode import Episode
 
@@ -76,7 +76,7 @@ def normalize_timestamps(text: str) -> str:
 
 
 def observation_text(obs: dict[str, Any]) -> str:
-    """What the agent saw of an observation (the text ``echo_trl.awm`` renders as ``env_output``)."""
+    """What the agent saw of an observation (the text ``echo_trl.data.awm`` renders as ``env_output``)."""
     return "\n".join(serialize_output(obs[k]) for k in ("tool_result", "error", "verify_result")
                      if obs.get(k) is not None)
 

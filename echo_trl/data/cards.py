@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from .roles import MESSAGE_ROLES
+from ..roles import MESSAGE_ROLES
 
 ECHO_CITATION = """@article{echo2026,
     title   = {{ECHO: Environment Cross-entropy Hybrid Objective}},
@@ -132,7 +132,7 @@ def fill_placeholders(text: str, *, base_model: str | None, model_ref: str) -> s
     TRL writes ``[None](https://huggingface.co/None)`` when the base model is a local directory and
     ``pipeline(model="None")`` without a ``hub_model_id``; a local dataset path gets a Hub link too.
     """
-    from .loading import is_hub_id
+    from ..commands.loading import is_hub_id
 
     base = f"`{base_model}`" if base_model else "a base model"
     text = text.replace("[None](https://huggingface.co/None)", base)

@@ -1,6 +1,6 @@
 """Forward a micro-batch's shared prefixes once: per-token log-probs identical to the unshared forward.
 
-The rows of a micro-batch are folded into a prefix tree (:mod:`echo_trl.prefix_tree`) and forwarded as
+The rows of a micro-batch are folded into a prefix tree (:mod:`echo_trl.prefix.tree`) and forwarded as
 **one packed sequence** of their unique tokens, in **one** model call:
 
 * position ids are each token's position in its own row, so rotary embeddings see what they see unshared;
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .prefix_tree import PrefixTree, build_prefix_tree, gather_index, rows_from_padded
+from .tree import PrefixTree, build_prefix_tree, gather_index, rows_from_padded
 
 #: Name of the tree attention in ``transformers``' ``AttentionInterface`` / ``AttentionMaskInterface``.
 TREE_ATTENTION = "echo_prefix_tree"

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from .loss import masked_nll
-from .progress import progress
-from .roles import Role
-from .tokenization import tokenize_with_roles
+from ..progress import progress
+from ..roles import Role
+from ..tokens.tokenization import tokenize_with_roles
 
 
 @torch.no_grad()

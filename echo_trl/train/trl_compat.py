@@ -40,8 +40,8 @@ from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import RepeatSampler
 
 from .online_masks import GeneratedRollouts
-from .prefix_order import prefix_grouped_order, repeat_like_trl
-from .prefix_sharing import enable_prefix_tree_attention, shared_logps
+from ..prefix.order import prefix_grouped_order, repeat_like_trl
+from ..prefix.attention import enable_prefix_tree_attention, shared_logps
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -97,7 +97,7 @@ def check_reprojection_supported(model, why: str, fix: str) -> None:
     config = causal_lm(model).config.get_text_config()
     found = [a for a in _LOGIT_RESCALING_ATTRS if getattr(config, a, None) not in (None, 1.0)]
     if found:
-        from .errors import EchoTrlError
+        from ..errors import EchoTrlError
 
         raise EchoTrlError(f"{why}, which re-projects hidden states through the LM head, but this model rescales "
                            f"its logits ({', '.join(found)}); {fix}")
@@ -186,7 +186,7 @@ def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batc
 def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tensor:
     """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
     temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
-    without logging metrics: the behaviour policy's of :mod:`echo_trl.behavior`, at trainer init."""
+    without logging metrics: the behaviour policy's of :mod:`echo_trl.train.behavior`, at trainer init."""
     from trl import GRPOTrainer
 
     model, args = trainer.model, trainer.args
@@ -394,7 +394,7 @@ class ResumableRepeatSampler(RepeatSampler):
     same order as TRL's for every epoch of an uninterrupted run, and the same order after a resume.
 
     With ``groups = (group_ids, scenario_ids)`` each epoch's order is instead
-    :func:`~echo_trl.prefix_order.prefix_grouped_order` of ``(seed, epoch)`` (a group's rows, and a scenario's
+    :func:`~echo_trl.prefix.order.prefix_grouped_order` of ``(seed, epoch)`` (a group's rows, and a scenario's
     groups, next to each other for prefix sharing), cut and repeated exactly as TRL's.
     """
 

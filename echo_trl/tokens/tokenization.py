@@ -12,7 +12,7 @@ a text before BPE runs, so the pieces are what the whole-text tokenization would
 this reproduces the whole-text ids is checked on the same conversation with the special-token text
 neutralized, and an error says so when a tokenizer does not allow it.
 
-:func:`echo_trl.layout.layout` gives every character of the rendered text a role; a token takes the
+:func:`echo_trl.tokens.layout.layout` gives every character of the rendered text a role; a token takes the
 role of the span holding its first character (a BPE token that merges the last character of a tool
 output with the newline after it counts as env output).
 """
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from .dataset import row_to_trajectory
-from .errors import EchoTrlError, TemplateError
+from ..data.dataset import row_to_trajectory
+from ..errors import EchoTrlError, TemplateError
 from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
-from .roles import Role, Trajectory
+from ..roles import Role, Trajectory
 from .world_mask import target_codes, world_mask
 
 __all__ = ["WARNING_SEPARATOR", "RoleTokens", "TruncationError", "annotate_roles", "layout", "tokenize_batch",

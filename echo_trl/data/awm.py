@@ -15,7 +15,7 @@ Two recorded shapes are accepted (both are plain JSON, one episode per object):
        trajectory: [{action: list_tools | call_tool | verify, tool_name, arguments, success,
                      result, error, reward_type, reward, verify_result}]}
 
-Finding files and reading their records is :mod:`echo_trl.episode_files`; this module turns
+Finding files and reading their records is :mod:`echo_trl.data.episode_files`; this module turns
 each record into a trajectory, naming the field of anything it cannot.
 """
 
@@ -38,8 +38,8 @@ from .episode_files import (  # noqa: F401  (re-exported: the reading layer's pu
     iter_episode_records,
     parse_json,
 )
-from .errors import EpisodeError
-from .roles import Trajectory, tool_call
+from ..errors import EpisodeError
+from ..roles import Trajectory, tool_call
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent operating in the '{scenario}' environment. Use the available tools to "
@@ -352,10 +352,10 @@ def awm_episode_to_trajectory(
     response documentation from tool descriptions (:func:`compact_tool_schema`). Raises
     :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
 
-    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.awm_agent`).
+    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.data.awm_agent`).
     ``verify_turn`` (``env_output`` | ``omit``, default per format) keeps or drops the verifier
     step (dropped: a recorded final answer ends the chat). A record with ``messages`` (a
-    conversation log) is read as recorded by :mod:`echo_trl.conversations`.
+    conversation log) is read as recorded by :mod:`echo_trl.data.conversations`.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
@@ -466,7 +466,7 @@ def load_awm_episodes(
     Input that yields no episode at all is an error in both modes.
     ``format`` and ``verify_turn``: see :func:`awm_episode_to_trajectory`.
     """
-    from .progress import progress
+    from ..progress import progress
 
     inputs = list(inputs)
     trajectories, skipped = [], []

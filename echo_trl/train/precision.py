@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .errors import EchoTrlError
+from ..errors import EchoTrlError
 
 FP16_WARNING = (
     "fp16 weights or autocast: fp16 overflows above 65504, so large logits or activations turn the per-token "

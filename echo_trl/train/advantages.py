@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .errors import DatasetSchemaError
+from ..errors import DatasetSchemaError
 
 #: Column holding each recorded trajectory's precomputed GRPO advantage.
 ADVANTAGE_COLUMN = "echo_advantage"

@@ -12,9 +12,9 @@ from datasets import Dataset, IterableDataset
 from . import trl_compat
 from .advantages import ADVANTAGE_COLUMN, with_advantages
 from .collator import INITIAL_LOGPS
-from .config import TRL_MAX_COMPLETION_LENGTH
-from .errors import EchoTrlError
-from .token_cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
+from ..config import TRL_MAX_COMPLETION_LENGTH
+from ..errors import EchoTrlError
+from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
@@ -86,7 +86,7 @@ def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
 
 
 def with_tokens(dataset, tokenizer):
-    """Trajectories (or a dict of them) with their cached token columns (:func:`echo_trl.token_cache.tokenize_dataset`,
+    """Trajectories (or a dict of them) with their cached token columns (:func:`echo_trl.tokens.cache.tokenize_dataset`,
     once per dataset and tokenizer), so no training or evaluation step renders a chat template; anything else,
     and streaming datasets (tokenized per step), as is."""
     if isinstance(dataset, dict):
@@ -97,7 +97,7 @@ def with_tokens(dataset, tokenizer):
 
 
 def prefix_groups(dataset) -> tuple[list, list | None]:
-    """``(group_ids, scenario_ids)`` of a trajectory dataset: what :func:`echo_trl.prefix_order.prefix_grouped_order`
+    """``(group_ids, scenario_ids)`` of a trajectory dataset: what :func:`echo_trl.prefix.order.prefix_grouped_order`
     keeps together (a group's rows share their prompt, a scenario's groups its tool preamble)."""
     names = dataset.column_names
     groups = list(dataset["group_id"]) if "group_id" in names else list(range(len(dataset)))
@@ -139,7 +139,7 @@ def check_completion_room(dataset, limit: int | None, name: str) -> None:
     Completions are cut at message ends, so a limit shorter than a row's first message leaves that row
     with no completion token at all: it would train nothing, and a batch of such rows makes an empty
     completion that TRL's loss cannot take (a tensor-size RuntimeError deep in the step). Read from the
-    cached token columns (:mod:`echo_trl.token_cache`): no second tokenization.
+    cached token columns (:mod:`echo_trl.tokens.cache`): no second tokenization.
     """
     if limit is None or not isinstance(dataset, Dataset) or not set(TOKEN_COLUMNS) <= set(dataset.column_names):
         return

@@ -1,4 +1,4 @@
-"""Find episode files and read their raw records: the file layer under :mod:`echo_trl.awm`.
+"""Find episode files and read their raw records: the file layer under :mod:`echo_trl.data.awm`.
 
 Files may be ``.json`` (one object or a list of objects) or ``.jsonl`` (one object per line),
 suffixes in any case; directories are searched recursively, in sorted order, so the same
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import EpisodeError
+from ..errors import EpisodeError
 
 EPISODE_SUFFIXES = (".json", ".jsonl")
 

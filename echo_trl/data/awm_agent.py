@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import EpisodeError
-from .roles import Message, Trajectory, tool_call
+from ..errors import EpisodeError
+from ..roles import Message, Trajectory, tool_call
 
 LIST_TOOLS = "list_tools"
 CALL_TOOL = "call_tool"

@@ -15,7 +15,7 @@ import importlib
 import os
 import sys
 
-from .errors import EchoTrlError
+from ..errors import EchoTrlError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,7 +98,7 @@ def quiet_defaults() -> None:
     # run that the user cannot act on (the flag still works)
     warnings.filterwarnings("ignore", message=r"`gradient_checkpointing.*` is deprecated", category=FutureWarning)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from .progress import quiet_short_work
+    from ..progress import quiet_short_work
 
     quiet_short_work()
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import datasets
 
-from .awm import is_episode_file
-from .dataset import build_awm_dataset, load_echo_dataset
-from .errors import EchoTrlError
+from ..data.awm import is_episode_file
+from ..data.dataset import build_awm_dataset, load_echo_dataset
+from ..errors import EchoTrlError
 
 #: Seconds the one Hub probe may take (DNS included) before the Hub counts as unreachable.
 HUB_PROBE_TIMEOUT = 3.0
@@ -149,7 +149,7 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: str = "au
 
 
 def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dataset") -> datasets.Dataset:
-    """:func:`~echo_trl.dataset.load_echo_dataset` after :func:`locate`, library errors as one line."""
+    """:func:`~echo_trl.data.dataset.load_echo_dataset` after :func:`locate`, library errors as one line."""
     locate(name_or_path, what)
     try:
         return load_echo_dataset(name_or_path, split=split)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .progress import progress
-from .roles import MESSAGE_ROLES
+from ..progress import progress
+from ..roles import MESSAGE_ROLES
 from .tokenization import tokenize_rows
 
 #: The roles counted (``RoleTokens.counts``: the template's tool-message wrapper counts as context).

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TemplateError
-from .roles import Role, Trajectory, tool_call
+from ..errors import TemplateError
+from ..roles import Role, Trajectory, tool_call
 
 #: How warnings are appended to a tool message's rendered text (never into its stored content).
 WARNING_SEPARATOR = "\n\n"

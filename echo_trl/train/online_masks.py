@@ -4,7 +4,7 @@ TRL's tool loop marks the tokens it appended after each tool call with ``tool_ma
 spans hold the tool output *content* but also role headers, ``<tool_response>`` tags and the next
 generation prompt, which are not environment output. :func:`tool_span_roles` locates the content
 inside each span, and the generation prompt (context, as offline: no world target includes it); :func:`online_masks` turns everything into per-token role codes and calls the same
-:func:`echo_trl.world_mask.world_mask` as offline collation. Pure: a tokenizer, Python and torch values.
+:func:`echo_trl.tokens.world_mask.world_mask` as offline collation. Pure: a tokenizer, Python and torch values.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .layout import probe_format
+from ..tokens.layout import probe_format
 from .quality import passes_filters, rollout_quality
-from .roles import Role
-from .world_mask import world_mask
+from ..roles import Role
+from ..tokens.world_mask import world_mask
 
 
 @dataclass
@@ -176,7 +176,7 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
     Env output per completion, in order of preference: the ``env_output_mask`` a rollout_func returned
     (with its ``warning_mask``); the tool-output content in TRL's tool-loop spans
     (:func:`tool_content_mask`); else every ``env_mask == 0`` token of a rollout_func. ``settings`` is a
-    :class:`echo_trl.collator.CollatorSettings` (world target, per-observation cap, filters).
+    :class:`echo_trl.train.collator.CollatorSettings` (world target, per-observation cap, filters).
     """
     shape, device = completion_mask.shape, completion_mask.device
     env = np.zeros(shape, dtype=np.int64)

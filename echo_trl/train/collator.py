@@ -1,15 +1,15 @@
 """Offline collation: recorded trajectory rows -> exactly the tensors TRL's GRPO loss expects, plus ECHO masks.
 
-A row's tokens come from its cached columns (:mod:`echo_trl.token_cache`, tokenized once per dataset and
-tokenizer) or, for a row without them, from :func:`echo_trl.tokenization.tokenize_with_roles`; the ids
+A row's tokens come from its cached columns (:mod:`echo_trl.tokens.cache`, tokenized once per dataset and
+tokenizer) or, for a row without them, from :func:`echo_trl.tokens.tokenization.tokenize_with_roles`; the ids
 are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``completion_ids``
 (right-padded), and
 
 * ``tool_mask`` = action tokens (TRL multiplies it into ``completion_mask`` for the policy loss,
   so only the agent's own tokens get policy gradient, exactly as in TRL's multi-turn tool loop);
-* ``env_output_mask`` / ``warning_mask`` = the ECHO roles, ``world_mask`` = :func:`echo_trl.world_mask.world_mask`;
+* ``env_output_mask`` / ``warning_mask`` = the ECHO roles, ``world_mask`` = :func:`echo_trl.tokens.world_mask.world_mask`;
 * ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions, else the
-  starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.behavior`),
+  starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
   else NaN (``"current"``: the trainer fills in the policy's own, importance ratio 1).
 
 Everything here is pure (a tokenizer and Python/torch values; no trainer, no model).
@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .dataset import row_to_trajectory
-from .errors import DatasetSchemaError
+from ..data.dataset import row_to_trajectory
+from ..errors import DatasetSchemaError
 from .quality import QUALITY_KEYS, passes_filters, rollout_quality
-from .roles import Role, Trajectory
-from .token_cache import has_tokens, row_tokens
-from .tokenization import tokenize_with_roles
-from .world_mask import world_mask
+from ..roles import Role, Trajectory
+from ..tokens.cache import has_tokens, row_tokens
+from ..tokens.tokenization import tokenize_with_roles
+from ..tokens.world_mask import world_mask
 
-#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.behavior`).
+#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`).
 INITIAL_LOGPS = "echo_initial_logprobs"
 
 
@@ -43,7 +43,7 @@ class CollatorSettings:
     world_loss_target: str = "env_only"
     max_completion_length: int | None = None  # completion tokens kept (cut at message ends)
     max_length: int | None = None  # prompt + completion tokens kept: the model's context length
-    max_world_model_tokens: int | None = None  # per observation (see echo_trl.world_mask)
+    max_world_model_tokens: int | None = None  # per observation (see echo_trl.tokens.world_mask)
     min_valid_tool_call_pct: float = 0.0
     min_parse_clean_pct: float = 0.0
     min_correct_pct: float = 0.0
@@ -75,7 +75,7 @@ class TrajectoryFeatures:
 def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: CollatorSettings) -> TrajectoryFeatures:
     """Tokens and masks of one trajectory, split into prompt and completion."""
     trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
-    if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.token_cache): no rendering here
+    if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.tokens.cache): no rendering here
         full = row_tokens(row)
     else:
         full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)

@@ -22,8 +22,8 @@ from typing import Any
 
 # The field checks awm.py's readers use, so both kinds of record fail with the same wording.
 from .awm import _arguments, _expect, _finite, serialize_output, tool_schema
-from .errors import EpisodeError
-from .roles import Message, Trajectory, tool_call
+from ..errors import EpisodeError
+from ..roles import Message, Trajectory, tool_call
 
 ROLES = ("system", "user", "assistant", "tool")
 

@@ -1,6 +1,6 @@
 """Epoch order that puts trajectories sharing a prefix into the same micro-batch.
 
-Prefix sharing (:mod:`echo_trl.prefix_sharing`) saves only what one micro-batch shares. A uniformly
+Prefix sharing (:mod:`echo_trl.prefix.attention`) saves only what one micro-batch shares. A uniformly
 shuffled epoch scatters a GRPO group's G trajectories over G micro-batches; this order keeps them
 next to each other (and a scenario's groups next to each other, for its tool preamble) while
 changing nothing about *what* an epoch trains on: it is a permutation of the rows, drawn from

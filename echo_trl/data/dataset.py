@@ -19,9 +19,9 @@ from datasets import Features, List, Value
 
 from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
 from .cards import dataset_card
-from .errors import DatasetSchemaError, EpisodeError
-from .outputs import atomic_output_dir
-from .roles import Trajectory
+from ..errors import DatasetSchemaError, EpisodeError
+from ..outputs import atomic_output_dir
+from ..roles import Trajectory
 
 TOOL_CALL_FEATURE = {"type": Value("string"),
                      "function": {"name": Value("string"), "arguments": Value("string")}}
@@ -112,7 +112,7 @@ def trajectory_to_row(trajectory: Trajectory, format: str = "chat-template") -> 
     """One dataset row (plain Python values matching :data:`FEATURES`).
 
     ``format`` names the conversation format the messages are in (``chat-template`` or
-    ``awm-agent``, see :data:`echo_trl.awm.FORMATS`), so that later steps know how it was built.
+    ``awm-agent``, see :data:`echo_trl.data.awm.FORMATS`), so that later steps know how it was built.
     """
     return {
         "prompt": [_message_to_row(m, f"prompt[{i}]") for i, m in enumerate(trajectory.prompt)],

@@ -3,7 +3,7 @@
 Rendering a 30-tool AWM preamble through a chat template and tokenizing a long episode costs
 more than a tiny model's forward, so the trainer must not do it inside every step of every
 epoch. :func:`tokenize_dataset` renders and tokenizes each row once (the exact
-:func:`~echo_trl.tokenization.tokenize_batch`: ids are ``tokenizer(rendered_text)``), stores the
+:func:`~echo_trl.tokens.tokenization.tokenize_batch`: ids are ``tokenizer(rendered_text)``), stores the
 result as columns, and caches them the ``datasets`` way: ``Dataset.map`` with a fingerprint of
 (dataset, tokenizer, chat template, echo_trl's token-layout version), so the next epoch, the next
 run and the evaluation reuse the same Arrow file instead of tokenizing again.
@@ -130,7 +130,7 @@ def has_tokens(row: dict[str, Any]) -> bool:
 
 
 def row_tokens(row: dict[str, Any]) -> RoleTokens:
-    """The cached tokens of one row as :class:`~echo_trl.tokenization.RoleTokens` (no rendering).
+    """The cached tokens of one row as :class:`~echo_trl.tokens.tokenization.RoleTokens` (no rendering).
 
     The rendered text is not cached (the trainer never needs it), so ``text`` is empty and the
     per-message character ends are unknown (zeros).

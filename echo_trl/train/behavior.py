@@ -36,11 +36,11 @@ from datasets import Features, List, Value
 
 from . import trl_compat
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
-from .errors import EchoTrlError
+from ..errors import EchoTrlError
 from .offline import is_trajectory_dataset, prefix_groups
-from .prefix_order import prefix_grouped_order
-from .progress import progress
-from .token_cache import cache_file_for, map_progress
+from ..prefix.order import prefix_grouped_order
+from ..progress import progress
+from ..tokens.cache import cache_file_for, map_progress
 
 logger = logging.getLogger(__name__)
 
