@@ -60,8 +60,9 @@ def group_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def run_pool(bound: int, scenarios: list, calls: list, episodes: int, prompts: int, generations: int,
-             measure_rss: bool) -> dict:
+def run_pool(
+    bound: int, scenarios: list, calls: list, episodes: int, prompts: int, generations: int, measure_rss: bool
+) -> dict:
     with ServerPool(bound) as pool:
         for sc in scenarios:
             pool.add(sc)
@@ -76,7 +77,7 @@ def run_pool(bound: int, scenarios: list, calls: list, episodes: int, prompts: i
                 name = scenarios[k % len(scenarios)].name
                 k += 1
                 batch += [pool.new_episode(name, 0) for _ in range(generations)]
-            batch = batch[:episodes - done]
+            batch = batch[: episodes - done]
             for name, args in calls:
                 for ep in batch:
                     ep.call_tool(name, args)
@@ -87,10 +88,17 @@ def run_pool(bound: int, scenarios: list, calls: list, episodes: int, prompts: i
             done += len(batch)
         seconds = time.perf_counter() - t0
         stats = pool.stats
-        return {"episodes_per_s": episodes / seconds, "seconds": seconds, "episodes": episodes,
-                "server_starts": stats.starts - prepared_starts, "evictions": stats.evictions,
-                "db_restores": stats.restores, "all_rewards_complete": all(r == 1.0 for r in rewards),
-                "start_seconds": list(stats.start_seconds), "rss_mb": rss}
+        return {
+            "episodes_per_s": episodes / seconds,
+            "seconds": seconds,
+            "episodes": episodes,
+            "server_starts": stats.starts - prepared_starts,
+            "evictions": stats.evictions,
+            "db_restores": stats.restores,
+            "all_rewards_complete": all(r == 1.0 for r in rewards),
+            "start_seconds": list(stats.start_seconds),
+            "rss_mb": rss,
+        }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -115,21 +123,46 @@ def main(argv: list[str] | None = None) -> dict:
         rss += r.pop("rss_mb")
         per_pool[str(bound)] = r
     results = {
-        "benchmark": "awm_pool", "scenarios": n_scenarios, "episodes": episodes, "prompts_per_batch": prompts,
-        "generations": args.generations, "tool_calls_per_episode": len(calls), "cpus": os.cpu_count(),
+        "benchmark": "awm_pool",
+        "scenarios": n_scenarios,
+        "episodes": episodes,
+        "prompts_per_batch": prompts,
+        "generations": args.generations,
+        "tool_calls_per_episode": len(calls),
+        "cpus": os.cpu_count(),
         "containment": sandbox.detect_containment().applied(),
-        "start_latency_s": {"median": statistics.median(starts), "min": min(starts), "max": max(starts),
-                            "n": len(starts)},
-        "rss_mb_per_server": {"median": statistics.median(rss), "max": max(rss), "n": len(rss),
-                              "at_pool": max(pools)} if rss else None,
+        "start_latency_s": {
+            "median": statistics.median(starts),
+            "min": min(starts),
+            "max": max(starts),
+            "n": len(starts),
+        },
+        "rss_mb_per_server": {"median": statistics.median(rss), "max": max(rss), "n": len(rss), "at_pool": max(pools)}
+        if rss
+        else None,
         "per_pool": per_pool,
     }
-    rows = [(b, f"{r['episodes_per_s']:.2f}", r["server_starts"], r["evictions"], r["db_restores"],
-             str(r["all_rewards_complete"])) for b, r in per_pool.items()]
-    print(f"{n_scenarios} scenarios, {episodes} episodes per bound, batches of {prompts} prompts x "
-          f"{args.generations} rollouts; start latency median {results['start_latency_s']['median']:.2f}s "
-          f"(n={len(starts)})" + (f"; RSS per live server median {results['rss_mb_per_server']['median']:.0f} MB "
-                                  f"(n={len(rss)})" if rss else ""))
+    rows = [
+        (
+            b,
+            f"{r['episodes_per_s']:.2f}",
+            r["server_starts"],
+            r["evictions"],
+            r["db_restores"],
+            str(r["all_rewards_complete"]),
+        )
+        for b, r in per_pool.items()
+    ]
+    print(
+        f"{n_scenarios} scenarios, {episodes} episodes per bound, batches of {prompts} prompts x "
+        f"{args.generations} rollouts; start latency median {results['start_latency_s']['median']:.2f}s "
+        f"(n={len(starts)})"
+        + (
+            f"; RSS per live server median {results['rss_mb_per_server']['median']:.0f} MB (n={len(rss)})"
+            if rss
+            else ""
+        )
+    )
     report(rows, ("max_servers", "episodes/s", "starts", "evictions", "db restores", "rewards ok"), results, args)
     return results
 

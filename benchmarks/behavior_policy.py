@@ -53,8 +53,9 @@ def main(argv=None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="echo-behavior-bench-"))
     cache = work / "cache"
     os.environ["ECHO_TRL_CACHE"] = str(cache)
-    model_dir = ensure_tiny_model(work / "tiny", family="qwen3", corpus=corpus_of(ds), hidden_size=args.hidden_size,
-                                  num_layers=args.num_layers)
+    model_dir = ensure_tiny_model(
+        work / "tiny", family="qwen3", corpus=corpus_of(ds), hidden_size=args.hidden_size, num_layers=args.num_layers
+    )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     forwards: list[int] = []
 
@@ -65,10 +66,23 @@ def main(argv=None) -> dict:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         calls: list[bool] = []
         hook = model.model.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
-        config = EchoGRPOConfig(output_dir=str(work / "out"), behavior_policy=policy, per_device_train_batch_size=
-                                args.batch_size, num_generations=2, num_train_epochs=1, use_cpu=True, bf16=False,
-                                report_to="none", logging_steps=1, save_strategy="no", gradient_checkpointing=False,
-                                learning_rate=1e-3, disable_tqdm=True, seed=0, **kw)
+        config = EchoGRPOConfig(
+            output_dir=str(work / "out"),
+            behavior_policy=policy,
+            per_device_train_batch_size=args.batch_size,
+            num_generations=2,
+            num_train_epochs=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            logging_steps=1,
+            save_strategy="no",
+            gradient_checkpointing=False,
+            learning_rate=1e-3,
+            disable_tqdm=True,
+            seed=0,
+            **kw,
+        )
         trainer = EchoGRPOTrainer(model, args=config, train_dataset=ds, processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)
         hook.remove()
@@ -76,12 +90,16 @@ def main(argv=None) -> dict:
         return trainer
 
     build("current")  # tokenize once (token cache warm for every measurement below)
-    timings: dict[str, list[float]] = {k: [] for k in ("init current", "init initial, cold", "init initial, cached",
-                                                        "epoch current", "epoch initial")}
+    timings: dict[str, list[float]] = {
+        k: [] for k in ("init current", "init initial, cold", "init initial, cached", "epoch current", "epoch initial")
+    }
     cold_forwards = []
     for _ in range(args.repeats):
-        for name, policy, cold in (("init current", "current", False), ("init initial, cold", "initial", True),
-                                   ("init initial, cached", "initial", False)):
+        for name, policy, cold in (
+            ("init current", "current", False),
+            ("init initial, cold", "initial", True),
+            ("init initial, cached", "initial", False),
+        ):
             t0 = time.perf_counter()
             build(policy, cold=cold)
             timings[name].append(time.perf_counter() - t0)
@@ -98,20 +116,29 @@ def main(argv=None) -> dict:
     pass_seconds = med["init initial, cold"] - med["init current"]
     steps = -(-len(ds) // args.batch_size)
     results = {
-        "benchmark": "behavior_policy", "episodes": len(ds), "batch_size": args.batch_size,
-        "hidden_size": args.hidden_size, "repeats": args.repeats, "median_seconds": {k: round(v, 3) for k, v in med.items()},
+        "benchmark": "behavior_policy",
+        "episodes": len(ds),
+        "batch_size": args.batch_size,
+        "hidden_size": args.hidden_size,
+        "repeats": args.repeats,
+        "median_seconds": {k: round(v, 3) for k, v in med.items()},
         "starting_pass_seconds": round(pass_seconds, 3),
-        "no_grad_forwards_of_the_pass": cold_forwards[-1], "micro_batches_per_epoch": steps,
+        "no_grad_forwards_of_the_pass": cold_forwards[-1],
+        "micro_batches_per_epoch": steps,
         "pass_over_epoch": round(ratio(pass_seconds, med["epoch current"]), 4),
         "cached_extra_seconds": round(med["init initial, cached"] - med["init current"], 3),
         "epoch_ratio_initial_over_current": round(ratio(med["epoch initial"], med["epoch current"]), 4),
     }
     rows = [(k, f"{v:.2f}") for k, v in med.items()]
-    rows += [("starting-model pass (cold - current)", f"{pass_seconds:.2f}"),
-             ("pass / one epoch of training", f"{results['pass_over_epoch']:.3f}"),
-             ("epoch initial / epoch current", f"{results['epoch_ratio_initial_over_current']:.3f}")]
-    print(f"{len(ds)} episodes (full tool schemas), tiny Qwen3 h{args.hidden_size}, batch {args.batch_size}; "
-          f"the pass ran {cold_forwards[-1]} no-grad forwards for {steps} micro-batches per epoch")
+    rows += [
+        ("starting-model pass (cold - current)", f"{pass_seconds:.2f}"),
+        ("pass / one epoch of training", f"{results['pass_over_epoch']:.3f}"),
+        ("epoch initial / epoch current", f"{results['epoch_ratio_initial_over_current']:.3f}"),
+    ]
+    print(
+        f"{len(ds)} episodes (full tool schemas), tiny Qwen3 h{args.hidden_size}, batch {args.batch_size}; "
+        f"the pass ran {cold_forwards[-1]} no-grad forwards for {steps} micro-batches per epoch"
+    )
     report(rows, ("what", "seconds (median)"), results, args)
     return results
 

@@ -45,26 +45,68 @@ def spec_tools(scenario: str) -> list[dict] | None:
         for group in spec["api_spec"]["api_groups"]:
             for ep in group["endpoints"]:
                 params = ep.get("request_params") or {}
-                tools.append({"name": ep["operation_id"], "description": ep.get("description") or ep.get("summary", ""),
-                              "inputSchema": {"type": "object", "required": [k for k, v in params.items() if v.get("required")],
-                                              "properties": {k: {"type": {"float": "number"}.get(v["type"], v["type"]),
-                                                                 "description": v.get("description", "")}
-                                                             for k, v in params.items()}}})
+                tools.append(
+                    {
+                        "name": ep["operation_id"],
+                        "description": ep.get("description") or ep.get("summary", ""),
+                        "inputSchema": {
+                            "type": "object",
+                            "required": [k for k, v in params.items() if v.get("required")],
+                            "properties": {
+                                k: {
+                                    "type": {"float": "number"}.get(v["type"], v["type"]),
+                                    "description": v.get("description", ""),
+                                }
+                                for k, v in params.items()
+                            },
+                        },
+                    }
+                )
         return tools
     return None
 
 
 def synthetic_episode(rng: random.Random) -> dict:
-    tools = [{"name": f"tool_{i}", "description": f"Operation {i} on the shop's records, with filters and paging. " * 3,
-              "inputSchema": {"type": "object", "required": ["id"], "properties": {
-                  f"param_{j}": {"type": "string", "description": f"Filter number {j} of tool {i}."} for j in range(6)}}}
-             for i in range(39)]
-    steps = [{"action": {"tool_name": f"tool_{rng.randrange(39)}", "arguments": {"id": rng.randrange(100)}},
-              "observation": {"tool_result": json.dumps({"items": [{"id": k, "title": f"Item {k}", "price": k * 1.5,
-                                                                    "created_at": "2026-06-15T03:51:08"} for k in range(12)]},
-                                                        indent=2)}} for _ in range(6)]
-    return {"scenario": "synthetic_1", "task": "Find the item and add it to the cart.", "task_idx": 0,
-            "tools": tools, "steps": steps, "reward": 1.0}
+    tools = [
+        {
+            "name": f"tool_{i}",
+            "description": f"Operation {i} on the shop's records, with filters and paging. " * 3,
+            "inputSchema": {
+                "type": "object",
+                "required": ["id"],
+                "properties": {
+                    f"param_{j}": {"type": "string", "description": f"Filter number {j} of tool {i}."}
+                    for j in range(6)
+                },
+            },
+        }
+        for i in range(39)
+    ]
+    steps = [
+        {
+            "action": {"tool_name": f"tool_{rng.randrange(39)}", "arguments": {"id": rng.randrange(100)}},
+            "observation": {
+                "tool_result": json.dumps(
+                    {
+                        "items": [
+                            {"id": k, "title": f"Item {k}", "price": k * 1.5, "created_at": "2026-06-15T03:51:08"}
+                            for k in range(12)
+                        ]
+                    },
+                    indent=2,
+                )
+            },
+        }
+        for _ in range(6)
+    ]
+    return {
+        "scenario": "synthetic_1",
+        "task": "Find the item and add it to the cart.",
+        "task_idx": 0,
+        "tools": tools,
+        "steps": steps,
+        "reward": 1.0,
+    }
 
 
 def base_episode() -> tuple[dict, str]:
@@ -135,7 +177,10 @@ def main() -> None:
 
     chars = len(exact_out[0].text)
     res = {
-        "episodes": n, "source": source, "chars_per_episode": chars, "tokens_per_episode": tokens / n,
+        "episodes": n,
+        "source": source,
+        "chars_per_episode": chars,
+        "tokens_per_episode": tokens / n,
         "cores": os.cpu_count(),
         "exact_episodes_per_s": n / median(times["exact"]),
         "exact_tokens_per_s": tokens / median(times["exact"]),
@@ -145,11 +190,25 @@ def main() -> None:
         "build_only_episodes_per_s": n / build_only,
     }
     print(f"{n} episodes ({source}), {chars} chars / {tokens // n} tokens each, {os.cpu_count()} cores")
-    report([("exact (whole text, roles by offsets)", f"{res['exact_episodes_per_s']:.0f}",
-             f"{res['exact_tokens_per_s']:.0f}", "0"),
-            ("per segment (seeds' way)", f"{res['per_segment_episodes_per_s']:.0f}",
-             f"{tokens / median(times['per_segment']):.0f}", str(drift))],
-           ("build + tokenize", "episodes/s", "tokens/s", "episodes with drifted ids"), res, args)
+    report(
+        [
+            (
+                "exact (whole text, roles by offsets)",
+                f"{res['exact_episodes_per_s']:.0f}",
+                f"{res['exact_tokens_per_s']:.0f}",
+                "0",
+            ),
+            (
+                "per segment (seeds' way)",
+                f"{res['per_segment_episodes_per_s']:.0f}",
+                f"{tokens / median(times['per_segment']):.0f}",
+                str(drift),
+            ),
+        ],
+        ("build + tokenize", "episodes/s", "tokens/s", "episodes with drifted ids"),
+        res,
+        args,
+    )
     print(f"time ratio exact / per-segment: {res['exact_over_per_segment_time']:.2f}")
 
 

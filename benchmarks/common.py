@@ -141,8 +141,9 @@ def measure_call(fn: Callable[[], object]) -> tuple[float, float]:
     return dt, max(0.0, _status_mb("VmHWM") - base)
 
 
-def alternate_measured(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
-                       ) -> dict[str, dict[str, list[float]]]:
+def alternate_measured(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict[str, dict[str, list[float]]]:
     """Like :func:`alternate` (A B A B ...), recording each call's time and peak memory delta."""
     for _ in range(warmup):
         for fn in fns.values():
@@ -193,13 +194,28 @@ def echo_trainer(model, tokenizer, train_dataset, output_dir: str, **overrides):
     from echo_trl.config import EchoGRPOConfig
     from echo_trl.trainer import EchoGRPOTrainer
 
-    kw = dict(output_dir=output_dir, per_device_train_batch_size=2, num_generations=2, max_steps=10_000,
-              use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-              max_completion_length=None, gradient_checkpointing=False, learning_rate=1e-5, disable_tqdm=True,
-              lr_scheduler_type="constant", warmup_steps=0, seed=0)
+    kw = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=10_000,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=None,
+        gradient_checkpointing=False,
+        learning_rate=1e-5,
+        disable_tqdm=True,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        seed=0,
+    )
     kw.update(overrides)
-    trainer = EchoGRPOTrainer(model, args=EchoGRPOConfig(**kw), train_dataset=train_dataset,
-                              processing_class=tokenizer)
+    trainer = EchoGRPOTrainer(
+        model, args=EchoGRPOConfig(**kw), train_dataset=train_dataset, processing_class=tokenizer
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     trainer.create_optimizer()

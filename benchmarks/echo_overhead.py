@@ -65,20 +65,23 @@ def run(args) -> dict:
     # TRL wants the generation batch to be a multiple of num_generations (>= 2); offline, groups come from group_id
     common = dict(per_device_train_batch_size=batch, num_generations=2, max_completion_length=max_completion)
     trainers = {
-        "echo (lambda=0.05)": echo_trainer(copy.deepcopy(model), tokenizer, train, tmp + "/echo",
-                                           world_model_coeff=0.05, **common),
-        "grpo (lambda=0)": echo_trainer(copy.deepcopy(model), tokenizer, train, tmp + "/grpo",
-                                        world_model_coeff=0.0, **common),
+        "echo (lambda=0.05)": echo_trainer(
+            copy.deepcopy(model), tokenizer, train, tmp + "/echo", world_model_coeff=0.05, **common
+        ),
+        "grpo (lambda=0)": echo_trainer(
+            copy.deepcopy(model), tokenizer, train, tmp + "/grpo", world_model_coeff=0.0, **common
+        ),
     }
     rows_all = list(next(iter(trainers.values())).train_dataset)
     n = batch
-    batches = [rows_all[i:i + n] for i in range(0, len(rows_all) - n + 1, n)]
+    batches = [rows_all[i : i + n] for i in range(0, len(rows_all) - n + 1, n)]
     state = {"i": 0}
 
     def step_fn(trainer):
         def fn():
             rows = batches[state["i"] % len(batches)]
             echo_step(trainer, rows)
+
         return fn
 
     fns = {name: step_fn(t) for name, t in trainers.items()}
@@ -107,22 +110,32 @@ def run(args) -> dict:
     rows = [(k, f"{v['seconds']:.3f}", f"{v['peak_mb']:.0f}") for k, v in med.items()]
     rows.append(("ratio echo / grpo (median of paired)", f"{time_ratio:.3f}", f"{mem_ratio:.3f}"))
     out = {
-        "benchmark": "echo_overhead", "quick": quick, "time_ratio": round(time_ratio, 4),
-        "memory_ratio": round(mem_ratio, 4), "time_goal": TIME_GOAL, "memory_goal": MEMORY_GOAL,
+        "benchmark": "echo_overhead",
+        "quick": quick,
+        "time_ratio": round(time_ratio, 4),
+        "memory_ratio": round(mem_ratio, 4),
+        "time_goal": TIME_GOAL,
+        "memory_goal": MEMORY_GOAL,
         "time_ratio_of_medians": round(a["seconds"] / b["seconds"], 4),
         "memory_ratio_of_medians": round(ratio(a["peak_mb"], b["peak_mb"]), 4),
         "time_ratio_per_repetition": [round(x, 4) for x in rep_ratios],
         "memory_ratio_per_repetition": [round(x, 4) for x in rep_mem],
         "median_step_seconds": {k: round(v["seconds"], 4) for k, v in med.items()},
         "median_peak_mb": {k: round(v["peak_mb"], 1) for k, v in med.items()},
-        "repeats": repeats, "batch_rows": n, "tokens_per_step": round(tokens_per_step), "env_tokens_per_step": env_tokens,
+        "repeats": repeats,
+        "batch_rows": n,
+        "tokens_per_step": round(tokens_per_step),
+        "env_tokens_per_step": env_tokens,
         "model": f"tiny qwen3 random-init, hidden {hidden}, {layers} layers, vocab {len(tokenizer)}",
         "data": "data/episodes library_1 tasks 0-7 (compact tool schemas)",
-        "memory_method": memory_method(), "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "memory_method": memory_method(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
     }
-    print(f"EchoGRPOTrainer step, lambda=0.05 vs lambda=0 ({out['model']}; {n} trajectories/step, "
-          f"~{tokens_per_step:.0f} tokens, {env_tokens:.0f} env tokens; median of {repeats}, alternating)")
+    print(
+        f"EchoGRPOTrainer step, lambda=0.05 vs lambda=0 ({out['model']}; {n} trajectories/step, "
+        f"~{tokens_per_step:.0f} tokens, {env_tokens:.0f} env tokens; median of {repeats}, alternating)"
+    )
     print(f"memory: {out['memory_method']}")
     report(rows, ("variant", "step s", "peak MiB"), out, args)
     return out
@@ -135,10 +148,17 @@ def main(argv=None) -> dict:
     p.add_argument("--batch_size", type=int, default=None)
     p.add_argument("--hidden_size", type=int, default=None)
     p.add_argument("--num_layers", type=int, default=None)
-    p.add_argument("--max_completion_length", type=int, default=None,
-                   help="cut trajectories (tests use a small value); default: whole AWM trajectories")
-    p.add_argument("--no_tool_schemas", action="store_true",
-                   help="drop the tool schemas from the prompts (shorter sequences; the smoke test uses it)")
+    p.add_argument(
+        "--max_completion_length",
+        type=int,
+        default=None,
+        help="cut trajectories (tests use a small value); default: whole AWM trajectories",
+    )
+    p.add_argument(
+        "--no_tool_schemas",
+        action="store_true",
+        help="drop the tool schemas from the prompts (shorter sequences; the smoke test uses it)",
+    )
     return run(p.parse_args(argv))
 
 

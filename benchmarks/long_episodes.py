@@ -41,12 +41,30 @@ def synthetic_episode(steps: int, reward: float = 1.0, group: str = "g") -> Traj
     completion = []
     for i in range(steps):
         name = ("search", "add")[i % 2]
-        completion += [{"role": "assistant", "content": "", "tool_calls": [tool_call(name, {"id": i})]},
-                       {"role": "tool", "name": name, "content": f'{{"ok": true, "step": {i}}}'}]
-    tools = [{"type": "function", "function": {"name": n, "description": f"{n} items", "parameters": {
-        "type": "object", "properties": {"id": {"type": "integer"}}}}} for n in ("search", "add")]
-    return Trajectory(prompt=[{"role": "system", "content": "Shop agent."}, {"role": "user", "content": "Buy."}],
-                      completion=completion, tools=tools, reward=reward, scenario="shop", task_idx=0, group_id=group)
+        completion += [
+            {"role": "assistant", "content": "", "tool_calls": [tool_call(name, {"id": i})]},
+            {"role": "tool", "name": name, "content": f'{{"ok": true, "step": {i}}}'},
+        ]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": n,
+                "description": f"{n} items",
+                "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
+            },
+        }
+        for n in ("search", "add")
+    ]
+    return Trajectory(
+        prompt=[{"role": "system", "content": "Shop agent."}, {"role": "user", "content": "Buy."}],
+        completion=completion,
+        tools=tools,
+        reward=reward,
+        scenario="shop",
+        task_idx=0,
+        group_id=group,
+    )
 
 
 def stats_times(steps: list[int]) -> list[dict]:
@@ -76,7 +94,9 @@ def train_child(tokens: int, checkpointing: bool) -> dict:
     from echo_trl.tokens.tokenization import tokenize_with_roles
 
     tok = build_tiny_tokenizer("qwen3")
-    per_step = len(tokenize_with_roles(tok, synthetic_episode(101))) - len(tokenize_with_roles(tok, synthetic_episode(1)))
+    per_step = len(tokenize_with_roles(tok, synthetic_episode(101))) - len(
+        tokenize_with_roles(tok, synthetic_episode(1))
+    )
     steps = max(1, round(tokens * 100 / per_step))
     ds = trajectories_to_dataset([synthetic_episode(steps, 1.0), synthetic_episode(steps, 0.0)])
     n_tokens = len(tokenize_with_roles(tok, synthetic_episode(steps)))
@@ -84,14 +104,27 @@ def train_child(tokens: int, checkpointing: bool) -> dict:
     import tempfile
 
     with tempfile.TemporaryDirectory() as out:
-        trainer = echo_trainer(model, tok, ds, out, per_device_train_batch_size=1, gradient_accumulation_steps=2,
-                               max_steps=2, gradient_checkpointing=checkpointing)
+        trainer = echo_trainer(
+            model,
+            tok,
+            ds,
+            out,
+            per_device_train_batch_size=1,
+            gradient_accumulation_steps=2,
+            max_steps=2,
+            gradient_checkpointing=checkpointing,
+        )
         setup_peak = _status_mb("VmHWM")  # model, dataset, trainer (this process's own: it was exec'ed fresh)
         seconds, delta = measure_call(trainer.train)  # resets the high-water mark first
-    return {"tokens": n_tokens, "gradient_checkpointing": checkpointing, "train_2_steps_s": seconds,
-            "peak_rss_mb": _status_mb("VmHWM"), "train_peak_above_start_mb": delta,
-            "setup_peak_rss_mb": setup_peak,
-            "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
+    return {
+        "tokens": n_tokens,
+        "gradient_checkpointing": checkpointing,
+        "train_2_steps_s": seconds,
+        "peak_rss_mb": _status_mb("VmHWM"),
+        "train_peak_above_start_mb": delta,
+        "setup_peak_rss_mb": setup_peak,
+        "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
 
 
 def train_peaks(tokens: int) -> list[dict]:
@@ -119,23 +152,33 @@ def main(argv=None) -> dict:
         return {}
     steps = args.steps or list(QUICK_STEPS if args.quick else FULL_STEPS)
     stats = stats_times(steps)
-    results = {"stats": stats,
-               "stats_exponent": fit_exponent([r["tokens"] for r in stats], [r["stats_s"] for r in stats]),
-               "render_exponent": fit_exponent([r["tokens"] for r in stats], [r["render_s"] for r in stats])}
-    report([(str(r["steps"]), str(r["tokens"]), f"{r['stats_s']:.3f}", f"{r['render_s']:.3f}") for r in stats],
-           ("steps", "tokens", "stats s", "render s"), {}, argparse_off(args))
-    print(f"log-log slope of time on tokens: stats {results['stats_exponent']:.2f}, "
-          f"template render {results['render_exponent']:.2f} (1 = linear)")
+    results = {
+        "stats": stats,
+        "stats_exponent": fit_exponent([r["tokens"] for r in stats], [r["stats_s"] for r in stats]),
+        "render_exponent": fit_exponent([r["tokens"] for r in stats], [r["render_s"] for r in stats]),
+    }
+    report(
+        [(str(r["steps"]), str(r["tokens"]), f"{r['stats_s']:.3f}", f"{r['render_s']:.3f}") for r in stats],
+        ("steps", "tokens", "stats s", "render s"),
+        {},
+        argparse_off(args),
+    )
+    print(
+        f"log-log slope of time on tokens: stats {results['stats_exponent']:.2f}, "
+        f"template render {results['render_exponent']:.2f} (1 = linear)"
+    )
     if args.train_tokens:
         results["train"] = train_peaks(args.train_tokens)
         for r in results["train"]:
             if "error" in r:
                 print(f"train gradient_checkpointing={r['gradient_checkpointing']}: FAILED {r['error'][-300:]}")
             else:
-                print(f"train {r['tokens']} tokens, gradient_checkpointing={r['gradient_checkpointing']}: "
-                      f"2 steps {r['train_2_steps_s']:.1f} s, peak RSS during training {r['peak_rss_mb']:.0f} MiB "
-                      f"({r['train_peak_above_start_mb']:.0f} MiB above its start; "
-                      f"{r['setup_peak_rss_mb']:.0f} MiB peak while setting up)")
+                print(
+                    f"train {r['tokens']} tokens, gradient_checkpointing={r['gradient_checkpointing']}: "
+                    f"2 steps {r['train_2_steps_s']:.1f} s, peak RSS during training {r['peak_rss_mb']:.0f} MiB "
+                    f"({r['train_peak_above_start_mb']:.0f} MiB above its start; "
+                    f"{r['setup_peak_rss_mb']:.0f} MiB peak while setting up)"
+                )
     report([], ("",), results, args)
     return results
 

@@ -59,10 +59,19 @@ def build_model(vocab: int, hidden: int, layers: int):
     from echo_trl.prefix.attention import enable_prefix_tree_attention
 
     heads = max(2, hidden // 64)
-    config = AutoConfig.for_model("qwen3", vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2,
-                                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
-                                  head_dim=hidden // heads, max_position_embeddings=65536, tie_word_embeddings=True,
-                                  attn_implementation="sdpa")
+    config = AutoConfig.for_model(
+        "qwen3",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        head_dim=hidden // heads,
+        max_position_embeddings=65536,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))  # as GRPOTrainer does at init
@@ -114,12 +123,16 @@ def variants(model, ids, mask, k, env, action, adv):
             logps = fn()
             loss_of(logps, env, action, adv).backward()
             return logps.detach()
+
         return run
 
-    return {"unshared": step(unshared),
-            "packed": step(lambda: shared_logps(model, ids, mask, k, compute_entropy=True,
-                                                min_shared_tokens=1 << 40).logps),
-            "shared": step(lambda: shared_logps(model, ids, mask, k, compute_entropy=True).logps)}
+    return {
+        "unshared": step(unshared),
+        "packed": step(
+            lambda: shared_logps(model, ids, mask, k, compute_entropy=True, min_shared_tokens=1 << 40).logps
+        ),
+        "shared": step(lambda: shared_logps(model, ids, mask, k, compute_entropy=True).logps),
+    }
 
 
 def measure_variants(fns: dict, repeats: int) -> tuple[dict, dict]:
@@ -128,7 +141,7 @@ def measure_variants(fns: dict, repeats: int) -> tuple[dict, dict]:
     res = {n: {"seconds": [], "peak_mb": []} for n in fns}
     firsts = {}
     for r in range(repeats):
-        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+        for name in list(fns) if r % 2 == 0 else list(fns)[::-1]:
             holder: dict = {}
             dt, mb = measure_call(lambda fn=fns[name], holder=holder: holder.setdefault("lp", fn()))
             res[name]["seconds"].append(dt)
@@ -149,23 +162,28 @@ def awm_sharing(batch_sizes: list[int], seed: int = 0) -> dict:
     schemas), micro-batches cut from the grouped epoch order vs a uniformly shuffled one."""
     import numpy as np
 
-    from echo_trl.train.collator import CollatorSettings, trajectory_features
+    from echo_trl.demo.tiny import build_tiny_tokenizer
     from echo_trl.prefix.order import prefix_grouped_order
     from echo_trl.prefix.tree import build_prefix_tree
-    from echo_trl.demo.tiny import build_tiny_tokenizer
+    from echo_trl.train.collator import CollatorSettings, trajectory_features
 
     ds = bundled_dataset(compact_tools=False)
     tok = build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=4096)
     feats = [trajectory_features(tok, row, CollatorSettings()) for row in ds]
     rows = [f.prompt_ids + f.completion_ids for f in feats]
-    orders = {"grouped": prefix_grouped_order(ds["group_id"], ds["scenario"], seed=seed, epoch=0),
-              "shuffled": np.random.default_rng(seed).permutation(len(ds)).tolist()}
-    out = {"episodes": len(ds), "groups": len(set(ds["group_id"])),
-           "mean_prompt_tokens": round(float(np.mean([len(f.prompt_ids) for f in feats]))),
-           "mean_completion_tokens": round(float(np.mean([len(f.completion_ids) for f in feats])))}
+    orders = {
+        "grouped": prefix_grouped_order(ds["group_id"], ds["scenario"], seed=seed, epoch=0),
+        "shuffled": np.random.default_rng(seed).permutation(len(ds)).tolist(),
+    }
+    out = {
+        "episodes": len(ds),
+        "groups": len(set(ds["group_id"])),
+        "mean_prompt_tokens": round(float(np.mean([len(f.prompt_ids) for f in feats]))),
+        "mean_completion_tokens": round(float(np.mean([len(f.completion_ids) for f in feats]))),
+    }
     for b in batch_sizes:
         for name, order in orders.items():
-            trees = [build_prefix_tree([rows[j] for j in order[i:i + b]]) for i in range(0, len(order) - b + 1, b)]
+            trees = [build_prefix_tree([rows[j] for j in order[i : i + b]]) for i in range(0, len(order) - b + 1, b)]
             out[f"{name}_b{b}"] = round(sum(t.total_tokens for t in trees) / sum(t.num_tokens for t in trees), 2)
     return out
 
@@ -215,8 +233,12 @@ def run(args) -> dict:
             med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
             row_tokens = int(mask.sum())
             out = {
-                "G": G, "preamble": P, "completion_tokens": int(mask[:, -k:].sum()), "row_tokens": row_tokens,
-                "padded_tokens": ids.numel(), "forwarded_tokens_shared": tree.num_tokens,
+                "G": G,
+                "preamble": P,
+                "completion_tokens": int(mask[:, -k:].sum()),
+                "row_tokens": row_tokens,
+                "padded_tokens": ids.numel(),
+                "forwarded_tokens_shared": tree.num_tokens,
                 "seconds": {n: round(med[n]["seconds"], 3) for n in med},
                 "peak_mb": {n: round(med[n]["peak_mb"], 1) for n in med},
                 "speedup_vs_unshared": per_rep("unshared", "shared", "seconds"),
@@ -227,32 +249,75 @@ def run(args) -> dict:
                 "max_abs_logp_diff": diff,
             }
             per_shape[key] = out
-            rows.append((str(G), str(P), str(row_tokens), str(tree.num_tokens),
-                         *(f"{med[n]['seconds']:.2f}" for n in ("unshared", "packed", "shared")),
-                         f"{out['speedup_vs_unshared']:.2f}x", f"{out['speedup_vs_packed']:.2f}x",
-                         *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "packed", "shared")),
-                         str(out["memory_ratio_vs_unshared"]), f"{diff:.1e}"))
+            rows.append(
+                (
+                    str(G),
+                    str(P),
+                    str(row_tokens),
+                    str(tree.num_tokens),
+                    *(f"{med[n]['seconds']:.2f}" for n in ("unshared", "packed", "shared")),
+                    f"{out['speedup_vs_unshared']:.2f}x",
+                    f"{out['speedup_vs_packed']:.2f}x",
+                    *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "packed", "shared")),
+                    str(out["memory_ratio_vs_unshared"]),
+                    f"{diff:.1e}",
+                )
+            )
             del batch, ids, mask, firsts
     awm = awm_sharing([4, 8, 16])
     goal = per_shape.get(f"G{GOAL_AT[0]}_P{GOAL_AT[1]}", {})
     result = {
-        "benchmark": "prefix_sharing", "quick": quick, "per_shape": per_shape, "awm_tokens_per_forwarded_token": awm,
-        "speedup_at_goal_shape": goal.get("speedup_vs_unshared"), "memory_ratio_at_goal_shape":
-            goal.get("memory_ratio_vs_unshared"), "goal": {"shape": f"G={GOAL_AT[0]}, preamble={GOAL_AT[1]}",
-                                                           "speedup": GOAL_SPEEDUP, "memory_ratio": GOAL_MEMORY},
+        "benchmark": "prefix_sharing",
+        "quick": quick,
+        "per_shape": per_shape,
+        "awm_tokens_per_forwarded_token": awm,
+        "speedup_at_goal_shape": goal.get("speedup_vs_unshared"),
+        "memory_ratio_at_goal_shape": goal.get("memory_ratio_vs_unshared"),
+        "goal": {
+            "shape": f"G={GOAL_AT[0]}, preamble={GOAL_AT[1]}",
+            "speedup": GOAL_SPEEDUP,
+            "memory_ratio": GOAL_MEMORY,
+        },
         "model": f"random-init qwen3, hidden {hidden}, {layers} layers, vocab {args.vocab_size}, fp32, SDPA",
-        "completion_range": [lo, hi], "repeats": repeats, "threads": torch.get_num_threads(),
-        "memory_method": memory_method(), "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "completion_range": [lo, hi],
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "memory_method": memory_method(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "unshared_path": "TRL 1.16 GRPOTrainer._get_per_token_logps_and_entropies call (fused LM head), reproduced",
     }
-    print(f"forward+backward of one group's micro-batch ({result['model']}; completions {lo}-{hi} tokens; "
-          f"median of {repeats}, alternating order)")
+    print(
+        f"forward+backward of one group's micro-batch ({result['model']}; completions {lo}-{hi} tokens; "
+        f"median of {repeats}, alternating order)"
+    )
     print(f"memory: {result['memory_method']}")
-    print(f"bundled AWM episodes ({awm['episodes']} episodes, {awm['groups']} groups, prompt ~{awm['mean_prompt_tokens']} "
-          f"/ completion ~{awm['mean_completion_tokens']} tokens), tokens per forwarded token, micro-batch 4/8/16: "
-          + ", ".join(f"{n} " + "/".join(str(awm[f"{n}_b{b}"]) for b in (4, 8, 16)) for n in ("grouped", "shuffled")))
-    report(rows, ("G", "preamble", "row tok", "fwd tok", "unshared s", "packed s", "shared s", "vs unsh",
-                  "vs packed", "unsh MiB", "packed MiB", "shared MiB", "mem ratio", "max|dlogp|"), result, args)
+    print(
+        f"bundled AWM episodes ({awm['episodes']} episodes, {awm['groups']} groups, "
+        f"prompt ~{awm['mean_prompt_tokens']} / completion ~{awm['mean_completion_tokens']} tokens), "
+        "tokens per forwarded token, micro-batch 4/8/16: "
+        + ", ".join(f"{n} " + "/".join(str(awm[f"{n}_b{b}"]) for b in (4, 8, 16)) for n in ("grouped", "shuffled"))
+    )
+    report(
+        rows,
+        (
+            "G",
+            "preamble",
+            "row tok",
+            "fwd tok",
+            "unshared s",
+            "packed s",
+            "shared s",
+            "vs unsh",
+            "vs packed",
+            "unsh MiB",
+            "packed MiB",
+            "shared MiB",
+            "mem ratio",
+            "max|dlogp|",
+        ),
+        result,
+        args,
+    )
     return result
 
 
@@ -289,16 +354,24 @@ def run_trainer(args) -> dict:
     trainers, tmp = {}, tempfile.mkdtemp()
     for name, share in (("unshared", False), ("shared", True)):
         model = build_tiny_model(tok, "qwen3", hidden_size=hidden, num_layers=layers, num_heads=max(2, hidden // 64))
-        trainers[name] = echo_trainer(model, tok, ds, f"{tmp}/{name}", per_device_train_batch_size=G,
-                                      max_completion_length=max_completion, prefix_sharing=share,
-                                      world_model_coeff=0.05, shuffle_dataset=False)
+        trainers[name] = echo_trainer(
+            model,
+            tok,
+            ds,
+            f"{tmp}/{name}",
+            per_device_train_batch_size=G,
+            max_completion_length=max_completion,
+            prefix_sharing=share,
+            world_model_coeff=0.05,
+            shuffle_dataset=False,
+        )
     rows = list(trainers["shared"].train_dataset)
     fns = {n: (lambda t=t: echo_step(t, rows)) for n, t in trainers.items()}
     for fn in fns.values():
         fn()  # warm-up
     res = {n: {"seconds": [], "peak_mb": []} for n in fns}
     for r in range(repeats):
-        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+        for name in list(fns) if r % 2 == 0 else list(fns)[::-1]:
             dt, mb = measure_call(fns[name])
             res[name]["seconds"].append(dt)
             res[name]["peak_mb"].append(mb)
@@ -307,20 +380,53 @@ def run_trainer(args) -> dict:
     prompt, completion = int(features["prompt_mask"].sum()), int(features["completion_mask"].sum())
     med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
     result = {
-        "benchmark": "prefix_sharing_trainer", "quick": args.quick, "G": G, "prompt_tokens": prompt // G,
-        "completion_tokens": completion, "forwarded_fraction": round(shared[-1], 3) if shared else None,
-        "seconds": {n: round(med[n]["seconds"], 3) for n in med}, "peak_mb": {n: round(med[n]["peak_mb"], 1) for n in med},
-        "speedup": ratio(res, "unshared", "shared", "seconds"), "memory_ratio": ratio(res, "shared", "unshared", "peak_mb"),
+        "benchmark": "prefix_sharing_trainer",
+        "quick": args.quick,
+        "G": G,
+        "prompt_tokens": prompt // G,
+        "completion_tokens": completion,
+        "forwarded_fraction": round(shared[-1], 3) if shared else None,
+        "seconds": {n: round(med[n]["seconds"], 3) for n in med},
+        "peak_mb": {n: round(med[n]["peak_mb"], 1) for n in med},
+        "speedup": ratio(res, "unshared", "shared", "seconds"),
+        "memory_ratio": ratio(res, "shared", "unshared", "peak_mb"),
         "model": f"random-init qwen3, hidden {hidden}, {layers} layers, tiny AWM tokenizer (vocab 4096), fp32",
-        "repeats": repeats, "threads": torch.get_num_threads(), "memory_method": memory_method(),
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "memory_method": memory_method(),
     }
-    print(f"EchoGRPOTrainer offline optimizer step, one group of {G} ({result['model']}; median of {repeats}, "
-          f"alternating order; memory: {result['memory_method']})")
-    report([(str(G), str(prompt // G), str(completion), str(result["forwarded_fraction"]),
-             *(f"{med[n]['seconds']:.2f}" for n in ("unshared", "shared")), f"{result['speedup']}x",
-             *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "shared")), str(result["memory_ratio"]))],
-           ("G", "prompt tok", "completion tok", "fwd fraction", "unshared s", "shared s", "speedup",
-            "unsh MiB", "shared MiB", "mem ratio"), result, args)
+    print(
+        f"EchoGRPOTrainer offline optimizer step, one group of {G} ({result['model']}; median of {repeats}, "
+        f"alternating order; memory: {result['memory_method']})"
+    )
+    report(
+        [
+            (
+                str(G),
+                str(prompt // G),
+                str(completion),
+                str(result["forwarded_fraction"]),
+                *(f"{med[n]['seconds']:.2f}" for n in ("unshared", "shared")),
+                f"{result['speedup']}x",
+                *(f"{med[n]['peak_mb']:.0f}" for n in ("unshared", "shared")),
+                str(result["memory_ratio"]),
+            )
+        ],
+        (
+            "G",
+            "prompt tok",
+            "completion tok",
+            "fwd fraction",
+            "unshared s",
+            "shared s",
+            "speedup",
+            "unsh MiB",
+            "shared MiB",
+            "mem ratio",
+        ),
+        result,
+        args,
+    )
     return result
 
 
@@ -330,9 +436,13 @@ def main(argv=None) -> dict:
     p.add_argument("--groups", type=int, nargs="+", default=None, help="trajectories per group (G)")
     p.add_argument("--preambles", type=int, nargs="+", default=None, help="shared preamble tokens")
     p.add_argument("--completion_range", type=int, nargs=2, default=None, metavar=("LO", "HI"))
-    p.add_argument("--vocab_size", type=int, default=1024,
-                   help="small: on CPU TRL's fused head holds a fixed 32768 x vocab fp32 tile, which would swamp a "
-                        "tiny backbone's activations (in a real model the activations dominate)")
+    p.add_argument(
+        "--vocab_size",
+        type=int,
+        default=1024,
+        help="small: on CPU TRL's fused head holds a fixed 32768 x vocab fp32 tile, which would swamp a "
+        "tiny backbone's activations (in a real model the activations dominate)",
+    )
     p.add_argument("--hidden_size", type=int, default=None)
     p.add_argument("--num_layers", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)

@@ -34,8 +34,12 @@ OLD_REF = "44839d0d92bfca390c3faa48a3626f2d6541a3b7"  # main before bubblewrap (
 def old_sandbox(ref: str, where: Path):
     """The pre-bubblewrap sandbox module, from git (it is self-contained: stdlib + its launcher)."""
     for name in ("sandbox.py", "_launch.py"):
-        text = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:echo_trl/envs/awm/{name}"], check=True,
-                              capture_output=True, text=True).stdout
+        text = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{ref}:echo_trl/envs/awm/{name}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         (where / name).write_text(text)
     spec = importlib.util.spec_from_file_location("old_sandbox", where / "sandbox.py")
     module = importlib.util.module_from_spec(spec)
@@ -53,8 +57,12 @@ class OldShim:
         self.SERVER_LIMITS, self.VERIFIER_LIMITS = module.SERVER_LIMITS, module.VERIFIER_LIMITS
 
     def spawn(self, argv, *, readonly=(), limits=None, containment=None, **kw):
-        limits = self.m.Limits(address_space=limits.address_space, cpu_seconds=limits.cpu_seconds,
-                               file_size=limits.file_size, open_files=limits.open_files)
+        limits = self.m.Limits(
+            address_space=limits.address_space,
+            cpu_seconds=limits.cpu_seconds,
+            file_size=limits.file_size,
+            open_files=limits.open_files,
+        )
         return self.m.spawn(argv, limits=limits, containment=self.containment, **kw)
 
     def kill_tree(self, proc, **kw):
@@ -75,8 +83,9 @@ def measure(label, shim, scenario, calls: int, tmp: Path) -> dict:
     copy_database(db, root / "initial.db")
     saved = server_mod.sandbox, verifier_mod.sandbox
     server_mod.sandbox = verifier_mod.sandbox = shim
-    srv = server_mod.ScenarioServer(scenario, root / "server", db, root / "server.log",
-                                    containment=getattr(shim, "containment", None))
+    srv = server_mod.ScenarioServer(
+        scenario, root / "server", db, root / "server.log", containment=getattr(shim, "containment", None)
+    )
     try:
         start = srv.start()
         with MCPSession(srv.socket_path, timeout=30, alive=srv.alive).open() as session:
@@ -90,8 +99,9 @@ def measure(label, shim, scenario, calls: int, tmp: Path) -> dict:
         work = root / "verify"
         work.mkdir()
         os.chmod(work, 0o755)
-        v = verifier_mod.run_verifier(scenario.verifier(0, "code"), root / "initial.db", db, work,
-                                      containment=getattr(shim, "containment", None))
+        v = verifier_mod.run_verifier(
+            scenario.verifier(0, "code"), root / "initial.db", db, work, containment=getattr(shim, "containment", None)
+        )
         assert v.verify_result.get("execution_status") == "success", v.verify_result
     finally:
         srv.stop()
@@ -118,16 +128,24 @@ def run(args) -> dict:
             order = [("old", old), ("bwrap", new)] if r % 2 == 0 else [("bwrap", new), ("old", old)]
             for label, shim in order:
                 results[label].append(measure(label, shim, scenario, calls, Path(tmp)))
-    med = {label: {k: statistics.median(x[k] for x in rows) for k in ("start", "call", "verify")}
-           for label, rows in results.items()}
+    med = {
+        label: {k: statistics.median(x[k] for x in rows) for k in ("start", "call", "verify")}
+        for label, rows in results.items()
+    }
     ratios = {k: med["bwrap"][k] / med["old"][k] for k in ("start", "call", "verify")}
     print(f"{'':22}{'old':>10}{'bwrap':>10}{'bwrap/old':>11}")
     for k, name in (("start", "server start (s)"), ("call", "tool call (ms)"), ("verify", "verifier run (s)")):
         scale = 1000 if k == "call" else 1
         print(f"{name:22}{med['old'][k] * scale:10.3f}{med['bwrap'][k] * scale:10.3f}{ratios[k]:11.3f}")
     print(f"medians of {repeats} repetitions, {calls} calls each; goal bwrap/old <= {GOAL}")
-    out = {"repeats": repeats, "calls": calls, "old_ref": args.old_ref, "medians": med, "ratios": ratios,
-           "within_goal": {k: v <= GOAL for k, v in ratios.items()}}
+    out = {
+        "repeats": repeats,
+        "calls": calls,
+        "old_ref": args.old_ref,
+        "medians": med,
+        "ratios": ratios,
+        "within_goal": {k: v <= GOAL for k, v in ratios.items()},
+    }
     if args.json:
         print(json.dumps(out))
     return out

@@ -38,11 +38,23 @@ from common import (  # noqa: E402
 def turn(rng: random.Random, k: int) -> list[dict]:
     from echo_trl.roles import tool_call
 
-    items = [{"id": rng.randrange(1000), "title": f"Item {rng.randrange(100)}", "price": round(rng.random() * 90, 2),
-              "in_stock": rng.random() > 0.3} for _ in range(3)]
-    return [{"role": "assistant", "content": "", "tool_calls": [tool_call("search_items", {"query": f"q{k}",
-                                                                                          "limit": 3})]},
-            {"role": "tool", "name": "search_items", "content": json.dumps({"items": items, "total": 3}, indent=2)}]
+    items = [
+        {
+            "id": rng.randrange(1000),
+            "title": f"Item {rng.randrange(100)}",
+            "price": round(rng.random() * 90, 2),
+            "in_stock": rng.random() > 0.3,
+        }
+        for _ in range(3)
+    ]
+    return [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [tool_call("search_items", {"query": f"q{k}", "limit": 3})],
+        },
+        {"role": "tool", "name": "search_items", "content": json.dumps({"items": items, "total": 3}, indent=2)},
+    ]
 
 
 def trajectory_of_length(tokenizer, target: int, seed: int):
@@ -51,18 +63,37 @@ def trajectory_of_length(tokenizer, target: int, seed: int):
     from echo_trl.tokens.tokenization import tokenize_with_roles
 
     rng = random.Random(seed)
-    prompt = [{"role": "system", "content": "You are a shop agent. Use the tools to complete the task."},
-              {"role": "user", "content": "Find the cheapest item in stock and report it."}]
-    tools = [{"type": "function", "function": {"name": "search_items", "description": "Search the catalog.",
-                                               "parameters": {"type": "object", "properties": {
-                                                   "query": {"type": "string"}, "limit": {"type": "integer"}}}}}]
+    prompt = [
+        {"role": "system", "content": "You are a shop agent. Use the tools to complete the task."},
+        {"role": "user", "content": "Find the cheapest item in stock and report it."},
+    ]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "search_items",
+                "description": "Search the catalog.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                },
+            },
+        }
+    ]
     completion: list[dict] = []
     k = 0
     while True:
         completion += turn(rng, k)
         k += 1
-        traj = Trajectory(prompt=prompt, completion=completion, tools=tools, reward=float(seed % 2),
-                          scenario="synthetic", task_idx=0, group_id="g0")
+        traj = Trajectory(
+            prompt=prompt,
+            completion=completion,
+            tools=tools,
+            reward=float(seed % 2),
+            scenario="synthetic",
+            task_idx=0,
+            group_id="g0",
+        )
         n = len(tokenize_with_roles(tokenizer, traj))
         if n >= target:
             return traj, n
@@ -88,9 +119,18 @@ def run(args) -> dict:
         trajs = [trajectory_of_length(tokenizer, T, seed) for seed in range(2)]
         ds = trajectories_to_dataset([t for t, _ in trajs])
         tokens = sum(n for _, n in trajs) / len(trajs)
-        trainers = {name: echo_trainer(copy.deepcopy(model), tokenizer, ds, f"{tmp}/{name}{T}", world_model_coeff=c,
-                                       per_device_train_batch_size=2, num_generations=2)
-                    for name, c in (("echo", 0.05), ("grpo", 0.0))}
+        trainers = {
+            name: echo_trainer(
+                copy.deepcopy(model),
+                tokenizer,
+                ds,
+                f"{tmp}/{name}{T}",
+                world_model_coeff=c,
+                per_device_train_batch_size=2,
+                num_generations=2,
+            )
+            for name, c in (("echo", 0.05), ("grpo", 0.0))
+        }
         rows = {name: list(t.train_dataset) for name, t in trainers.items()}
         fns = {name: (lambda t=t, r=rows[name]: echo_step(t, r)) for name, t in trainers.items()}
         res = {n: {"seconds": [], "peak_mb": []} for n in fns}
@@ -103,28 +143,58 @@ def run(args) -> dict:
                 res[n]["peak_mb"] += rep[n]["peak_mb"]
         med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
         overhead = median([a / b for a, b in zip(res["echo"]["seconds"], res["grpo"]["seconds"], strict=True)])
-        per_length[str(T)] = {"tokens_per_trajectory": tokens, "echo_seconds": round(med["echo"]["seconds"], 4),
-                              "echo_peak_mb": round(med["echo"]["peak_mb"], 1),
-                              "grpo_seconds": round(med["grpo"]["seconds"], 4),
-                              "grpo_peak_mb": round(med["grpo"]["peak_mb"], 1),
-                              "echo_over_grpo_time": round(overhead, 4)}
-        table.append((str(T), f"{tokens:.0f}", f"{med['echo']['seconds']:.3f}", f"{med['echo']['peak_mb']:.0f}",
-                      f"{med['grpo']['seconds']:.3f}", f"{med['grpo']['peak_mb']:.0f}", f"{overhead:.3f}"))
+        per_length[str(T)] = {
+            "tokens_per_trajectory": tokens,
+            "echo_seconds": round(med["echo"]["seconds"], 4),
+            "echo_peak_mb": round(med["echo"]["peak_mb"], 1),
+            "grpo_seconds": round(med["grpo"]["seconds"], 4),
+            "grpo_peak_mb": round(med["grpo"]["peak_mb"], 1),
+            "echo_over_grpo_time": round(overhead, 4),
+        }
+        table.append(
+            (
+                str(T),
+                f"{tokens:.0f}",
+                f"{med['echo']['seconds']:.3f}",
+                f"{med['echo']['peak_mb']:.0f}",
+                f"{med['grpo']['seconds']:.3f}",
+                f"{med['grpo']['peak_mb']:.0f}",
+                f"{overhead:.3f}",
+            )
+        )
         del trainers, fns
     xs = [per_length[str(T)]["tokens_per_trajectory"] for T in lengths]
-    exps = {key: round(fit_exponent(xs, [per_length[str(T)][key] for T in lengths]), 3)
-            for key in ("echo_seconds", "echo_peak_mb", "grpo_seconds", "grpo_peak_mb")}
-    out = {"benchmark": "scaling", "quick": quick, "time_exponent": exps["echo_seconds"],
-           "memory_exponent": exps["echo_peak_mb"], "grpo_time_exponent": exps["grpo_seconds"],
-           "grpo_memory_exponent": exps["grpo_peak_mb"],
-           "echo_over_grpo_time_ratios": [per_length[str(T)]["echo_over_grpo_time"] for T in lengths],
-           "per_length": per_length, "repeats": repeats,
-           "model": f"tiny qwen3 random-init, hidden {hidden}, 2 layers, vocab {len(tokenizer)}",
-           "memory_method": memory_method(), "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    exps = {
+        key: round(fit_exponent(xs, [per_length[str(T)][key] for T in lengths]), 3)
+        for key in ("echo_seconds", "echo_peak_mb", "grpo_seconds", "grpo_peak_mb")
+    }
+    out = {
+        "benchmark": "scaling",
+        "quick": quick,
+        "time_exponent": exps["echo_seconds"],
+        "memory_exponent": exps["echo_peak_mb"],
+        "grpo_time_exponent": exps["grpo_seconds"],
+        "grpo_memory_exponent": exps["grpo_peak_mb"],
+        "echo_over_grpo_time_ratios": [per_length[str(T)]["echo_over_grpo_time"] for T in lengths],
+        "per_length": per_length,
+        "repeats": repeats,
+        "model": f"tiny qwen3 random-init, hidden {hidden}, 2 layers, vocab {len(tokenizer)}",
+        "memory_method": memory_method(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
     print(f"step vs trajectory length (2 trajectories/step, {out['model']}; median of {repeats}, alternating)")
     print(f"memory: {out['memory_method']}")
-    table.append(("fit T^k", "", f"k={exps['echo_seconds']}", f"k={exps['echo_peak_mb']}",
-                  f"k={exps['grpo_seconds']}", f"k={exps['grpo_peak_mb']}", ""))
+    table.append(
+        (
+            "fit T^k",
+            "",
+            f"k={exps['echo_seconds']}",
+            f"k={exps['echo_peak_mb']}",
+            f"k={exps['grpo_seconds']}",
+            f"k={exps['grpo_peak_mb']}",
+            "",
+        )
+    )
     report(table, ("target T", "tokens", "echo s", "echo MiB", "grpo s", "grpo MiB", "echo/grpo"), out, args)
     return out
 

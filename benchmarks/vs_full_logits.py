@@ -46,10 +46,18 @@ def build_model(vocab: int, hidden: int, layers: int, dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    config = AutoConfig.for_model("qwen3", vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 3,
-                                  num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64) * 2 or 2,
-                                  num_key_value_heads=max(1, hidden // 64), head_dim=32 if hidden < 128 else 64,
-                                  max_position_embeddings=65536, tie_word_embeddings=False)
+    config = AutoConfig.for_model(
+        "qwen3",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64) * 2 or 2,
+        num_key_value_heads=max(1, hidden // 64),
+        head_dim=32 if hidden < 128 else 64,
+        max_position_embeddings=65536,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).to(dtype)
     add_fused_lm_head(model)  # what GRPOTrainer does to its model at init
@@ -66,7 +74,7 @@ def make_batch(batch: int, length: int, vocab: int, device):
     k = (3 * length) // 4  # logits_to_keep: completion length
     world = torch.zeros(batch, k, dtype=torch.bool)
     for s in range(0, k, 80):
-        world[:, s:s + 40] = True
+        world[:, s : s + 40] = True
     return ids.to(device), torch.ones_like(ids).to(device), k, world.to(device)
 
 
@@ -86,7 +94,7 @@ def full_logits_world_term(model, ids, attn, k, world):
     """The seeds' way: full [B, T, V] logits, log_softmax over the vocabulary, gather, masked mean."""
     import torch
 
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, -k - 1:-1]
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, -k - 1 : -1]
     logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, -k:].unsqueeze(-1)).squeeze(-1)
     loss = -(logp * world).sum() / world.sum()
     loss.backward()
@@ -114,8 +122,10 @@ def run(args) -> dict:
         # their gradients, partly freed on the way); 3.5 leaves a margin
         need_gib = 3.5 * batch * T * vocab * 4 / 2**30
         if device == "cpu" and need_gib > 0.8 * mem_available_gib():
-            print(f"skip T={T}: full logits need ~{need_gib:.1f} GiB, {mem_available_gib():.1f} GiB available",
-                  file=sys.stderr)
+            print(
+                f"skip T={T}: full logits need ~{need_gib:.1f} GiB, {mem_available_gib():.1f} GiB available",
+                file=sys.stderr,
+            )
             per_length[str(T)] = {"skipped": f"needs ~{need_gib:.1f} GiB"}
             continue
         ids, attn, k, world = make_batch(batch, T, vocab, device)
@@ -141,36 +151,59 @@ def run(args) -> dict:
         model.zero_grad(set_to_none=True)
         med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
         # below a page of growth the RSS delta is noise: no ratio then
-        mem_ratio = (med["echo_trl"]["peak_mb"] / med["full_logits"]["peak_mb"]
-                     if med["full_logits"]["peak_mb"] >= 1.0 else float("nan"))
-        time_ratio = median([x / y for x, y in zip(res["echo_trl"]["seconds"], res["full_logits"]["seconds"],
-                                                   strict=True)])
+        mem_ratio = (
+            med["echo_trl"]["peak_mb"] / med["full_logits"]["peak_mb"]
+            if med["full_logits"]["peak_mb"] >= 1.0
+            else float("nan")
+        )
+        time_ratio = median(
+            [x / y for x, y in zip(res["echo_trl"]["seconds"], res["full_logits"]["seconds"], strict=True)]
+        )
         per_length[str(T)] = {
-            "memory_ratio": round(mem_ratio, 4) if mem_ratio == mem_ratio else None, "time_ratio": round(time_ratio, 4),
+            "memory_ratio": round(mem_ratio, 4) if mem_ratio == mem_ratio else None,
+            "time_ratio": round(time_ratio, 4),
             "echo_trl_peak_mb": round(med["echo_trl"]["peak_mb"], 1),
             "full_logits_peak_mb": round(med["full_logits"]["peak_mb"], 1),
             "echo_trl_seconds": round(med["echo_trl"]["seconds"], 4),
             "full_logits_seconds": round(med["full_logits"]["seconds"], 4),
-            "loss_abs_diff": abs(a - b), "logits_fp32_mb": round(batch * T * vocab * bytes_per / 2**20, 1),
+            "loss_abs_diff": abs(a - b),
+            "logits_fp32_mb": round(batch * T * vocab * bytes_per / 2**20, 1),
         }
-        table.append((str(T), f"{med['echo_trl']['peak_mb']:.0f}", f"{med['full_logits']['peak_mb']:.0f}",
-                      f"{mem_ratio:.3f}", f"{med['echo_trl']['seconds']:.3f}", f"{med['full_logits']['seconds']:.3f}",
-                      f"{time_ratio:.3f}", f"{abs(a - b):.1e}"))
+        table.append(
+            (
+                str(T),
+                f"{med['echo_trl']['peak_mb']:.0f}",
+                f"{med['full_logits']['peak_mb']:.0f}",
+                f"{mem_ratio:.3f}",
+                f"{med['echo_trl']['seconds']:.3f}",
+                f"{med['full_logits']['seconds']:.3f}",
+                f"{time_ratio:.3f}",
+                f"{abs(a - b):.1e}",
+            )
+        )
         del ids, attn, world
     measured = [t for t in lengths if per_length[str(t)].get("memory_ratio") is not None]
     longest = max(measured) if measured else None
     out = {
-        "benchmark": "vs_full_logits", "quick": quick,
+        "benchmark": "vs_full_logits",
+        "quick": quick,
         "memory_ratio": per_length[str(longest)]["memory_ratio"] if longest else None,
         "time_ratio": per_length[str(longest)]["time_ratio"] if longest else None,
-        "at_length": longest, "memory_goal_at_8k": GOAL_MEMORY_AT_8K,
+        "at_length": longest,
+        "memory_goal_at_8k": GOAL_MEMORY_AT_8K,
         "memory_ratio_at_8k": per_length.get("8192", {}).get("memory_ratio"),
-        "per_length": per_length, "vocab_size": vocab, "batch": batch, "repeats": repeats,
+        "per_length": per_length,
+        "vocab_size": vocab,
+        "batch": batch,
+        "repeats": repeats,
         "model": f"random-init qwen3, hidden {hidden}, {layers} layer(s), vocab {vocab}, {str(dtype).split('.')[-1]}",
-        "memory_method": memory_method(), "device": device,
+        "memory_method": memory_method(),
+        "device": device,
     }
-    print(f"world term forward+backward: echo_trl (TRL fused log-probs) vs full log_softmax logits "
-          f"({out['model']}, batch {batch}; median of {repeats}, alternating)")
+    print(
+        f"world term forward+backward: echo_trl (TRL fused log-probs) vs full log_softmax logits "
+        f"({out['model']}, batch {batch}; median of {repeats}, alternating)"
+    )
     print(f"memory: {out['memory_method']}")
     report(table, ("T", "echo MiB", "full MiB", "mem ratio", "echo s", "full s", "time ratio", "|dloss|"), out, args)
     return out

@@ -42,10 +42,23 @@ def sft_trainer(model, tokenizer, id_rows: list[list[int]], output_dir: str, bat
     from trl import SFTConfig, SFTTrainer
 
     ds = Dataset.from_dict({"input_ids": id_rows})
-    config = SFTConfig(output_dir=output_dir, per_device_train_batch_size=batch, max_length=None, packing=False,
-                       use_cpu=True, bf16=False, report_to="none", save_strategy="no", learning_rate=1e-5,
-                       lr_scheduler_type="constant", warmup_steps=0, gradient_checkpointing=False, disable_tqdm=True,
-                       dataset_num_proc=None, seed=0)
+    config = SFTConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=batch,
+        max_length=None,
+        packing=False,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        learning_rate=1e-5,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        dataset_num_proc=None,
+        seed=0,
+    )
     trainer = SFTTrainer(model, args=config, train_dataset=ds, processing_class=tokenizer)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
@@ -65,8 +78,8 @@ def run(args) -> dict:
     setup(args)
     import torch
 
-    from echo_trl.train.collator import CollatorSettings, trajectory_features
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
+    from echo_trl.train.collator import CollatorSettings, trajectory_features
 
     torch.manual_seed(0)
     quick = args.quick
@@ -79,9 +92,16 @@ def run(args) -> dict:
     tokenizer = build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=2048)
     model = build_tiny_model(tokenizer, hidden_size=hidden, num_layers=layers, num_heads=4)
     tmp = tempfile.mkdtemp(prefix="vs_sft_")
-    echo = echo_trainer(copy.deepcopy(model), tokenizer, train, tmp + "/echo", world_model_coeff=0.05,
-                        per_device_train_batch_size=batch, num_generations=2,
-                        max_completion_length=args.max_completion_length)
+    echo = echo_trainer(
+        copy.deepcopy(model),
+        tokenizer,
+        train,
+        tmp + "/echo",
+        world_model_coeff=0.05,
+        per_device_train_batch_size=batch,
+        num_generations=2,
+        max_completion_length=args.max_completion_length,
+    )
     rows = list(echo.train_dataset)
     settings = CollatorSettings.from_args(echo.args)
     id_rows = []
@@ -95,11 +115,11 @@ def run(args) -> dict:
 
     def echo_fn():
         s = starts[state["i"] % len(starts)]
-        echo_step(echo, rows[s:s + batch])
+        echo_step(echo, rows[s : s + batch])
 
     def sft_fn():
         s = starts[state["i"] % len(starts)]
-        sft_step(sft, sft_examples[s:s + batch])
+        sft_step(sft, sft_examples[s : s + batch])
 
     fns = {"echo (lambda=0.05)": echo_fn, "sft": sft_fn}
     names = list(fns)
@@ -118,20 +138,28 @@ def run(args) -> dict:
     med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}
     tokens = sum(len(id_rows[i]) for i in range(batch)) if id_rows else 0
     out = {
-        "benchmark": "vs_sft", "quick": quick, "time_ratio": round(median(ratios), 4),
-        "memory_ratio": round(median(mem_ratios), 4), "time_goal": GOAL,
+        "benchmark": "vs_sft",
+        "quick": quick,
+        "time_ratio": round(median(ratios), 4),
+        "memory_ratio": round(median(mem_ratios), 4),
+        "time_goal": GOAL,
         "time_ratio_of_medians": round(med[names[0]]["seconds"] / med[names[1]]["seconds"], 4),
         "time_ratio_per_repetition": [round(x, 4) for x in ratios],
         "median_step_seconds": {k: round(v["seconds"], 4) for k, v in med.items()},
         "median_peak_mb": {k: round(v["peak_mb"], 1) for k, v in med.items()},
-        "repeats": repeats, "batch_rows": batch, "tokens_first_batch": tokens,
+        "repeats": repeats,
+        "batch_rows": batch,
+        "tokens_first_batch": tokens,
         "model": f"tiny qwen3 random-init, hidden {hidden}, {layers} layers, vocab {len(tokenizer)}",
-        "memory_method": memory_method(), "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "memory_method": memory_method(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
     }
     table = [(k, f"{v['seconds']:.3f}", f"{v['peak_mb']:.0f}") for k, v in med.items()]
     table.append(("ratio echo / sft (median of paired)", f"{out['time_ratio']:.3f}", f"{out['memory_ratio']:.3f}"))
-    print(f"offline ECHO step vs TRL SFTTrainer step, same tokens ({out['model']}; {batch} trajectories/step, "
-          f"~{tokens} tokens; median of {repeats}, alternating)")
+    print(
+        f"offline ECHO step vs TRL SFTTrainer step, same tokens ({out['model']}; {batch} trajectories/step, "
+        f"~{tokens} tokens; median of {repeats}, alternating)"
+    )
     print(f"memory: {out['memory_method']}")
     report(table, ("trainer", "step s", "peak MiB"), out, args)
     return out
@@ -144,10 +172,17 @@ def main(argv=None) -> dict:
     p.add_argument("--batch_size", type=int, default=None)
     p.add_argument("--hidden_size", type=int, default=None)
     p.add_argument("--num_layers", type=int, default=None)
-    p.add_argument("--max_completion_length", type=int, default=None,
-                   help="cut trajectories (tests use a small value); default: whole AWM trajectories")
-    p.add_argument("--no_tool_schemas", action="store_true",
-                   help="drop the tool schemas from the prompts (shorter sequences; the smoke test uses it)")
+    p.add_argument(
+        "--max_completion_length",
+        type=int,
+        default=None,
+        help="cut trajectories (tests use a small value); default: whole AWM trajectories",
+    )
+    p.add_argument(
+        "--no_tool_schemas",
+        action="store_true",
+        help="drop the tool schemas from the prompts (shorter sequences; the smoke test uses it)",
+    )
     return run(p.parse_args(argv))
 
 

@@ -21,8 +21,19 @@ OUT = Path(__file__).resolve().parent / "api.md"
 
 #: (module, names) documented besides ``echo_trl.__all__``; each listed by name.
 EXTRA = [
-    ("echo_trl.data.awm_agent", ["list_tools_reply", "meta_tool_schemas", "parse_tool_calls", "parse_call_tool_arguments",
-                            "next_action", "action_for_call", "robust_json_loads", "to_awm_agent_trajectory"]),
+    (
+        "echo_trl.data.awm_agent",
+        [
+            "list_tools_reply",
+            "meta_tool_schemas",
+            "parse_tool_calls",
+            "parse_call_tool_arguments",
+            "next_action",
+            "action_for_call",
+            "robust_json_loads",
+            "to_awm_agent_trajectory",
+        ],
+    ),
     ("echo_trl.data.conversations", ["conversation_to_trajectory"]),
     ("echo_trl.data.dataset", ["save_dataset", "trajectories_to_dataset", "validate_dataset"]),
     ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
@@ -33,8 +44,10 @@ EXTRA = [
     ("echo_trl.train.behavior", ["add_initial_logprobs", "model_fingerprint"]),
     ("echo_trl.data.cards", ["echo_card_section", "add_echo_section", "final_metrics", "dataset_card"]),
     ("echo_trl.train.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
-    ("echo_trl.envs.awm.environment", ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset",
-                                       "close_environments"]),
+    (
+        "echo_trl.envs.awm.environment",
+        ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset", "close_environments"],
+    ),
     ("echo_trl.envs.awm.pool", ["ServerPool", "choose_slot"]),
     ("echo_trl.envs.awm.agent_format", ["awm_agent_environment_factory", "agent_reply"]),
     ("echo_trl.envs.awm.policy", ["normalize_timestamps"]),
@@ -84,9 +97,14 @@ def _entry(qualname: str, obj) -> list[str]:
 def render() -> str:
     import echo_trl
 
-    lines = ["# API reference", "",
-             "Generated from the docstrings by `python docs/make_api.py`; do not edit by hand.", "",
-             "## `echo_trl`", ""]
+    lines = [
+        "# API reference",
+        "",
+        "Generated from the docstrings by `python docs/make_api.py`; do not edit by hand.",
+        "",
+        "## `echo_trl`",
+        "",
+    ]
     for name in echo_trl.__all__:
         obj = getattr(echo_trl, name)
         if inspect.ismodule(obj) or not (callable(obj) or inspect.isclass(obj)):

@@ -12,12 +12,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Role": "roles", "Trajectory": "roles",
-    "EchoTrlError": "errors", "EpisodeError": "errors", "TemplateError": "errors", "DatasetSchemaError": "errors",
-    "awm_episode_to_trajectory": "data.awm", "load_awm_episodes": "data.awm",
-    "build_awm_dataset": "data.dataset", "load_echo_dataset": "data.dataset", "FEATURES": "data.dataset",
-    "tokenize_with_roles": "tokens.tokenization", "RoleTokens": "tokens.tokenization",
-    "EchoGRPOConfig": "config", "EchoGRPOTrainer": "trainer",
+    "Role": "roles",
+    "Trajectory": "roles",
+    "EchoTrlError": "errors",
+    "EpisodeError": "errors",
+    "TemplateError": "errors",
+    "DatasetSchemaError": "errors",
+    "awm_episode_to_trajectory": "data.awm",
+    "load_awm_episodes": "data.awm",
+    "build_awm_dataset": "data.dataset",
+    "load_echo_dataset": "data.dataset",
+    "FEATURES": "data.dataset",
+    "tokenize_with_roles": "tokens.tokenization",
+    "RoleTokens": "tokens.tokenization",
+    "EchoGRPOConfig": "config",
+    "EchoGRPOTrainer": "trainer",
 }
 
 __all__ = [
@@ -39,8 +48,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .data.awm import awm_episode_to_trajectory, load_awm_episodes
     from .config import EchoGRPOConfig
+    from .data.awm import awm_episode_to_trajectory, load_awm_episodes
     from .data.dataset import FEATURES, build_awm_dataset, load_echo_dataset
     from .errors import DatasetSchemaError, EchoTrlError, EpisodeError, TemplateError
     from .roles import Role, Trajectory

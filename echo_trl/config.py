@@ -123,8 +123,8 @@ class EchoGRPOConfig(GRPOConfig):
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
             Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
             `"initial"`: the starting model's log-probs, computed once per run (one no-gradient forward per
-            trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how far
-            training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
+            trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how
+            far training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
             policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
             carry `behavior_logprobs` always use them. The default is measured: over 60 offline steps on the
             bundled AWM episodes, `"current"` let the lambda = 0 policy drift (held-out env CE +46 %, held-out
@@ -134,17 +134,21 @@ class EchoGRPOConfig(GRPOConfig):
 
     world_model_coeff: float = field(
         default=0.05,
-        metadata={"help": "Lambda: weight of the world-model cross-entropy on environment-output tokens. 0 gives "
-                  "plain GRPO. The paper recommends about 0.05; at 0.2 it saw collapse (the agent learns to issue "
-                  "dull commands whose output is easy to predict), so values above 0.1 warn."},
+        metadata={
+            "help": "Lambda: weight of the world-model cross-entropy on environment-output tokens. 0 gives "
+            "plain GRPO. The paper recommends about 0.05; at 0.2 it saw collapse (the agent learns to issue "
+            "dull commands whose output is easy to predict), so values above 0.1 warn."
+        },
     )
     world_model_coeff_schedule: str = field(
         default="constant",
-        metadata={"help": "How lambda changes with the optimizer step: 'constant'; 'linear_decay' (from "
-                  "world_model_coeff to world_model_coeff_end over world_model_coeff_steps[0] steps, or the whole "
-                  "run when unset); 'step_decay' (world_model_coeff until world_model_coeff_steps[0], then "
-                  "world_model_coeff_values[i] from world_model_coeff_steps[i] on).",
-                  "choices": list(COEFF_SCHEDULES)},
+        metadata={
+            "help": "How lambda changes with the optimizer step: 'constant'; 'linear_decay' (from "
+            "world_model_coeff to world_model_coeff_end over world_model_coeff_steps[0] steps, or the whole "
+            "run when unset); 'step_decay' (world_model_coeff until world_model_coeff_steps[0], then "
+            "world_model_coeff_values[i] from world_model_coeff_steps[i] on).",
+            "choices": list(COEFF_SCHEDULES),
+        },
     )
     world_model_coeff_end: float = field(
         default=0.0,
@@ -152,9 +156,11 @@ class EchoGRPOConfig(GRPOConfig):
     )
     world_model_coeff_steps: list[int] | None = field(
         default=None,
-        metadata={"help": "'linear_decay': one value, the number of steps to reach world_model_coeff_end. "
-                  "'step_decay': strictly increasing steps at which lambda switches to the matching "
-                  "world_model_coeff_values entry."},
+        metadata={
+            "help": "'linear_decay': one value, the number of steps to reach world_model_coeff_end. "
+            "'step_decay': strictly increasing steps at which lambda switches to the matching "
+            "world_model_coeff_values entry."
+        },
     )
     world_model_coeff_values: list[float] | None = field(
         default=None,
@@ -162,69 +168,89 @@ class EchoGRPOConfig(GRPOConfig):
     )
     max_completion_length: int | None = field(
         default=None,
-        metadata={"help": "Completion tokens kept. Unset (default): offline, each recorded completion whole, bounded "
-                  "by the model's context length (recorded AWM episodes run to thousands of tokens; TRL's default "
-                  f"of {TRL_MAX_COMPLETION_LENGTH} would silently cut most of their env output); online, TRL's "
-                  f"{TRL_MAX_COMPLETION_LENGTH} generated tokens. Recorded completions are cut at message ends."},
+        metadata={
+            "help": "Completion tokens kept. Unset (default): offline, each recorded completion whole, bounded "
+            "by the model's context length (recorded AWM episodes run to thousands of tokens; TRL's default "
+            f"of {TRL_MAX_COMPLETION_LENGTH} would silently cut most of their env output); online, TRL's "
+            f"{TRL_MAX_COMPLETION_LENGTH} generated tokens. Recorded completions are cut at message ends."
+        },
     )
     world_loss_target: str = field(
         default="env_only",
-        metadata={"help": "Tokens the world-model loss trains on: 'env_only' (tool output content), 'observation' "
-                  "(plus the chat-template tokens wrapping tool messages), 'all' (plus harness warnings).",
-                  "choices": list(WORLD_LOSS_TARGETS)},
+        metadata={
+            "help": "Tokens the world-model loss trains on: 'env_only' (tool output content), 'observation' "
+            "(plus the chat-template tokens wrapping tool messages), 'all' (plus harness warnings).",
+            "choices": list(WORLD_LOSS_TARGETS),
+        },
     )
     world_loss_normalization: str = field(
         default="sequence",
-        metadata={"help": "How the cross-entropy is averaged. 'sequence' (default): mean over each trajectory's world "
-                  "tokens, then mean over the trajectories that have any, so rows the filters or a tool-free episode "
-                  "leave without world tokens do not dilute lambda. 'all_sequences' (echo-rl's exact setting): the "
-                  "same per-trajectory means summed, divided by every trajectory of the batch. 'token': mean over "
-                  "all world tokens of the batch (long observations weigh more). Each divides by a count gathered "
-                  "over the generation batch and all processes (as TRL normalizes its 'dapo' loss): exact under "
-                  "gradient accumulation when steps_per_generation == gradient_accumulation_steps.",
-                  "choices": list(WORLD_LOSS_NORMALIZATIONS)},
+        metadata={
+            "help": "How the cross-entropy is averaged. 'sequence' (default): mean over each trajectory's world "
+            "tokens, then mean over the trajectories that have any, so rows the filters or a tool-free episode "
+            "leave without world tokens do not dilute lambda. 'all_sequences' (echo-rl's exact setting): the "
+            "same per-trajectory means summed, divided by every trajectory of the batch. 'token': mean over "
+            "all world tokens of the batch (long observations weigh more). Each divides by a count gathered "
+            "over the generation batch and all processes (as TRL normalizes its 'dapo' loss): exact under "
+            "gradient accumulation when steps_per_generation == gradient_accumulation_steps.",
+            "choices": list(WORLD_LOSS_NORMALIZATIONS),
+        },
     )
     world_loss_temperature: float = field(
         default=1.0,
-        metadata={"help": "Temperature of the world-model cross-entropy. 1.0 (default) is true cross-entropy, the "
-                  "quantity the held-out env CE measures. TRL divides logits by `temperature` in its forward: when "
-                  "the two are equal the world term reuses those log-probs; otherwise the env-token hidden states of "
-                  "the same forward are projected through the LM head once more (no second backbone forward). The held-out "
-                  "eval_world/ce_env is always at temperature 1."},
+        metadata={
+            "help": "Temperature of the world-model cross-entropy. 1.0 (default) is true cross-entropy, the "
+            "quantity the held-out env CE measures. TRL divides logits by `temperature` in its forward: when "
+            "the two are equal the world term reuses those log-probs; otherwise the env-token hidden states of "
+            "the same forward are projected through the LM head once more (no second backbone forward). The held-out "
+            "eval_world/ce_env is always at temperature 1."
+        },
     )
     use_policy_loss: bool = field(
         default=True,
-        metadata={"help": "Whether to train the GRPO policy term. False = verifier-free ECHO: only the world-model "
-                  "loss trains (rewards and advantages are ignored)."},
+        metadata={
+            "help": "Whether to train the GRPO policy term. False = verifier-free ECHO: only the world-model "
+            "loss trains (rewards and advantages are ignored)."
+        },
     )
     wm_filter_min_valid_tool_call_pct: float = field(
         default=0.0,
-        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
-                  "unless at least this percentage of its assistant turns call a tool the trajectory offers."},
+        metadata={
+            "help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+            "unless at least this percentage of its assistant turns call a tool the trajectory offers."
+        },
     )
     wm_filter_min_parse_clean_pct: float = field(
         default=0.0,
-        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
-                  "unless at least this percentage of its assistant turns parsed into a tool call and drew no "
-                  "harness warning."},
+        metadata={
+            "help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+            "unless at least this percentage of its assistant turns parsed into a tool call and drew no "
+            "harness warning."
+        },
     )
     wm_filter_min_correct_pct: float = field(
         default=0.0,
-        metadata={"help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
-                  "unless at least this percentage of its tool calls got a non-error result."},
+        metadata={
+            "help": "Rollout filter for the world term only (0-100, 0 = off): skip the env tokens of a trajectory "
+            "unless at least this percentage of its tool calls got a non-error result."
+        },
     )
     max_world_model_tokens: int | None = field(
         default=None,
-        metadata={"help": "Train the world term on at most this many world-target tokens of each observation, the first "
-                  "ones. An observation is the environment's reply to one agent turn: everything between two "
-                  "assistant turns (all tool messages of a parallel call together), offline and online alike. "
-                  "None = all."},
+        metadata={
+            "help": "Train the world term on at most this many world-target tokens of each observation, the first "
+            "ones. An observation is the environment's reply to one agent turn: everything between two "
+            "assistant turns (all tool messages of a parallel call together), offline and online alike. "
+            "None = all."
+        },
     )
     prefix_sharing: bool = field(
         default=True,
-        metadata={"help": "Offline: forward a micro-batch's common prefixes (a group's prompt, a scenario's tool "
-                  "preamble) once; exactly the same log-probs, losses and gradients. Epochs keep a group's rows in one "
-                  "micro-batch. Not applied online (TRL's online batch: see docs/prefix_sharing.md)."},
+        metadata={
+            "help": "Offline: forward a micro-batch's common prefixes (a group's prompt, a scenario's tool "
+            "preamble) once; exactly the same log-probs, losses and gradients. Epochs keep a group's rows in one "
+            "micro-batch. Not applied online (TRL's online batch: see docs/prefix_sharing.md)."
+        },
     )
     prefix_sharing_min_tokens: int = field(
         default=64,
@@ -233,13 +259,15 @@ class EchoGRPOConfig(GRPOConfig):
 
     behavior_policy: str = field(
         default="initial",
-        metadata={"help": "Offline, for trajectories without behavior_logprobs: the importance ratio's behaviour "
-                  "policy. 'initial': the starting model (its log-probs computed once per run, cached), so clipping "
-                  "bounds the drift from it; 'current': the policy at each update (ratio 1, clipping never binds "
-                  "across steps). Recorded behavior_logprobs are always used where present. Default 'initial': over "
-                  "60 offline steps on the bundled episodes it kept lambda=0 from drifting (held-out env CE x0.90 vs "
-                  "x1.46 with 'current') and ECHO lowered it more (x0.42 vs x0.50); docs/training.md.",
-                  "choices": list(BEHAVIOR_POLICIES)},
+        metadata={
+            "help": "Offline, for trajectories without behavior_logprobs: the importance ratio's behaviour "
+            "policy. 'initial': the starting model (its log-probs computed once per run, cached), so clipping "
+            "bounds the drift from it; 'current': the policy at each update (ratio 1, clipping never binds "
+            "across steps). Recorded behavior_logprobs are always used where present. Default 'initial': over "
+            "60 offline steps on the bundled episodes it kept lambda=0 from drifting (held-out env CE x0.90 vs "
+            "x1.46 with 'current') and ECHO lowered it more (x0.42 vs x0.50); docs/training.md.",
+            "choices": list(BEHAVIOR_POLICIES),
+        },
     )
 
     def __post_init__(self):
@@ -249,6 +277,7 @@ class EchoGRPOConfig(GRPOConfig):
 
 def validate_echo_settings(args) -> None:
     """Raise :class:`EchoConfigError` for impossible ECHO settings; warn above lambda = 0.1."""
+
     def bad(msg: str) -> None:
         raise EchoConfigError(msg)
 
@@ -259,31 +288,41 @@ def validate_echo_settings(args) -> None:
     finite_nonneg("world_model_coeff", args.world_model_coeff)
     finite_nonneg("world_model_coeff_end", args.world_model_coeff_end)
     if args.world_model_coeff_schedule not in COEFF_SCHEDULES:
-        bad(f"world_model_coeff_schedule must be one of {', '.join(COEFF_SCHEDULES)}, "
-            f"got {args.world_model_coeff_schedule!r}")
+        bad(
+            f"world_model_coeff_schedule must be one of {', '.join(COEFF_SCHEDULES)}, "
+            f"got {args.world_model_coeff_schedule!r}"
+        )
     steps, values = args.world_model_coeff_steps, args.world_model_coeff_values
     if args.world_model_coeff_schedule == "linear_decay":
         if steps is not None and (len(steps) != 1 or steps[0] <= 0):
-            bad(f"linear_decay takes one world_model_coeff_steps value > 0 (steps to reach world_model_coeff_end), "
-                f"got {steps}")
+            bad(
+                f"linear_decay takes one world_model_coeff_steps value > 0 (steps to reach world_model_coeff_end), "
+                f"got {steps}"
+            )
         if values is not None:
             bad("world_model_coeff_values is only used by world_model_coeff_schedule='step_decay'")
     elif args.world_model_coeff_schedule == "step_decay":
         if not steps or not values or len(steps) != len(values):
-            bad("step_decay needs world_model_coeff_steps and world_model_coeff_values of the same, non-zero length, "
-                f"got steps={steps} values={values}")
+            bad(
+                "step_decay needs world_model_coeff_steps and world_model_coeff_values of the same, non-zero length, "
+                f"got steps={steps} values={values}"
+            )
         if any(s <= 0 for s in steps) or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             bad(f"world_model_coeff_steps must be positive and strictly increasing, got {steps}")
         for i, v in enumerate(values):
             finite_nonneg(f"world_model_coeff_values[{i}]", v)
     elif steps is not None or values is not None:
-        bad("world_model_coeff_steps / world_model_coeff_values need world_model_coeff_schedule "
-            "'linear_decay' or 'step_decay'")
+        bad(
+            "world_model_coeff_steps / world_model_coeff_values need world_model_coeff_schedule "
+            "'linear_decay' or 'step_decay'"
+        )
     if args.world_loss_target not in WORLD_LOSS_TARGETS:
         bad(f"world_loss_target must be one of {', '.join(WORLD_LOSS_TARGETS)}, got {args.world_loss_target!r}")
     if args.world_loss_normalization not in WORLD_LOSS_NORMALIZATIONS:
-        bad(f"world_loss_normalization must be one of {', '.join(WORLD_LOSS_NORMALIZATIONS)}, "
-            f"got {args.world_loss_normalization!r}")
+        bad(
+            f"world_loss_normalization must be one of {', '.join(WORLD_LOSS_NORMALIZATIONS)}, "
+            f"got {args.world_loss_normalization!r}"
+        )
     t = args.world_loss_temperature
     if not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         bad(f"world_loss_temperature must be a finite number > 0, got {t!r}")
@@ -302,4 +341,6 @@ def validate_echo_settings(args) -> None:
         warnings.warn(
             f"world_model_coeff up to {peak} > {COEFF_WARNING_THRESHOLD}: the ECHO paper saw collapse at 0.2 (the "
             "agent learns to issue dull commands whose output is easy to predict). About 0.05 is recommended.",
-            UserWarning, stacklevel=3)
+            UserWarning,
+            stacklevel=3,
+        )

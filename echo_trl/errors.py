@@ -19,8 +19,9 @@ class EpisodeError(EchoTrlError):
     ``episodes.jsonl:17: steps[3].action.tool_name: expected a string, got null``.
     """
 
-    def __init__(self, message: str, *, source: str = "<episode>", record: str | None = None,
-                 field: str | None = None):
+    def __init__(
+        self, message: str, *, source: str = "<episode>", record: str | None = None, field: str | None = None
+    ):
         self.message = message
         self.source = source
         self.record = record
@@ -33,8 +34,12 @@ class EpisodeError(EchoTrlError):
 
     def at(self, *, source: str | None = None, record: str | None = None) -> EpisodeError:
         """The same error, placed in a file/record (readers know where, converters know what)."""
-        return EpisodeError(self.message, source=source or self.source,
-                            record=record if record is not None else self.record, field=self.field)
+        return EpisodeError(
+            self.message,
+            source=source or self.source,
+            record=record if record is not None else self.record,
+            field=self.field,
+        )
 
 
 class TemplateError(EchoTrlError):

@@ -74,8 +74,10 @@ def check_output_dir(path: str | Path, *, replace_if: str | None = None, flag: s
         return out
     if out.is_dir():
         if any(out.iterdir()) and not (out / replace_if).exists():
-            raise EchoTrlError(f"{flag} {out}: exists and is not a previous output (no {replace_if}); "
-                               "refusing to replace it: choose a new or empty directory")
+            raise EchoTrlError(
+                f"{flag} {out}: exists and is not a previous output (no {replace_if}); "
+                "refusing to replace it: choose a new or empty directory"
+            )
         _probe_writable(out, out, flag)
         existing = out.absolute().parent
     _probe_writable(existing, out, flag)
@@ -98,8 +100,10 @@ def output_lock(path: str | Path) -> Iterator[Path]:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
-            raise EchoTrlError(f"{path}: another process{f' (pid {holder})' if holder else ''} is writing this "
-                               f"output (it holds {lock}); wait for it or choose another output") from None
+            raise EchoTrlError(
+                f"{path}: another process{f' (pid {holder})' if holder else ''} is writing this "
+                f"output (it holds {lock}); wait for it or choose another output"
+            ) from None
         # The previous holder removes the file when done: lock only the file that is there now.
         try:
             mine, there = os.fstat(fd), os.stat(lock)
@@ -176,7 +180,8 @@ def atomic_output_dir(path: str | Path, *, replace_if: str, flag: str = "--outpu
                 os.rename(tmp, out)
                 tmp = parked
         except OSError as exc:
-            raise EchoTrlError(f"{flag} {path}: cannot write ({exc.strerror or exc}); "
-                               "the previous output is unchanged") from None
+            raise EchoTrlError(
+                f"{flag} {path}: cannot write ({exc.strerror or exc}); the previous output is unchanged"
+            ) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # the failed new output, or the replaced old one

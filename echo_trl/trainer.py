@@ -4,7 +4,8 @@
 
 Kept thin: masks are built by pure modules (``collator.py`` offline, ``online_masks.py`` online,
 both through ``world_mask.py``), the loss by ``loss.py``, offline behaviour log-probs by ``behavior.py``,
-and every TRL-private attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.16):
+and every TRL-private attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrainer``
+hooks (TRL 1.16):
 
 * ``_generate_and_score_completions``: recorded trajectories (rows with a ``completion``) are collated
   instead of generated (offline); otherwise TRL generates and the env-output masks are attached (online);
@@ -29,13 +30,13 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from .config import EchoGRPOConfig
+from .data.cards import ECHO_PAPER, add_echo_section
+from .errors import EchoTrlError
 from .train import metrics, offline, trl_compat
 from .train.advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .train.behavior import add_initial_logprobs
-from .data.cards import ECHO_PAPER, add_echo_section
 from .train.collator import CollatorSettings, collate_features, trajectory_features
-from .config import EchoGRPOConfig
-from .errors import EchoTrlError
 from .train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
 from .train.offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
 from .train.online_masks import online_masks
@@ -58,37 +59,64 @@ class EchoGRPOTrainer(GRPOTrainer):
     _name = "ECHO-GRPO"
     _paper = ECHO_PAPER
 
-    def __init__(self, model, reward_funcs=None, args: EchoGRPOConfig | None = None, train_dataset=None,
-                 eval_dataset=None, processing_class=None, reward_processing_classes=None, callbacks=None,
-                 optimizers=(None, None), quantization_config=None, peft_config=None, tools=None,
-                 rollout_func=None, environment_factory=None):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: EchoGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             args = EchoGRPOConfig(f"{str(name).split('/')[-1]}-ECHO")
         if not isinstance(args, EchoGRPOConfig):
             raise EchoTrlError(f"EchoGRPOTrainer needs an EchoGRPOConfig, got {type(args).__name__}")
         is_offline = train_dataset is not None and offline.is_trajectory_dataset(train_dataset)
-        offline.check_settings(args, train_dataset, offline=is_offline,
-                               online=bool(tools or rollout_func or environment_factory))
+        offline.check_settings(
+            args, train_dataset, offline=is_offline, online=bool(tools or rollout_func or environment_factory)
+        )
         if is_offline:
             train_dataset = with_advantages(train_dataset, args.scale_rewards, "train_dataset")
             reward_funcs = [recorded_reward] if reward_funcs is None else reward_funcs
         if reward_funcs is None and not args.use_policy_loss and environment_factory is None:
             reward_funcs = [no_reward]  # verifier-free ECHO: TRL wants a reward source, the world term needs none
-        super().__init__(model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                         eval_dataset=offline.prepare_eval(eval_dataset, args.scale_rewards),
-                         processing_class=processing_class, reward_processing_classes=reward_processing_classes,
-                         callbacks=callbacks,
-                         optimizers=optimizers, quantization_config=quantization_config, peft_config=peft_config,
-                         tools=tools, rollout_func=rollout_func, environment_factory=environment_factory)
+        super().__init__(
+            model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=offline.prepare_eval(eval_dataset, args.scale_rewards),
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            tools=tools,
+            rollout_func=rollout_func,
+            environment_factory=environment_factory,
+        )
         self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
         offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
         add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # behavior_policy="initial"
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
-            trl_compat.check_reprojection_supported(self.model, "world_loss_temperature differs from temperature",
-                                                    "set them equal (the world term then reuses TRL's log-probs)")
+            trl_compat.check_reprojection_supported(
+                self.model,
+                "world_loss_temperature differs from temperature",
+                "set them equal (the world term then reuses TRL's log-probs)",
+            )
         if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
             trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
         self._echo_rollouts: trl_compat.GeneratedRollouts | None = None  # the last _generate's, for the masks
@@ -113,8 +141,9 @@ class EchoGRPOTrainer(GRPOTrainer):
         dataset = self.train_dataset if dataset is None else dataset
         if not offline.is_trajectory_dataset(dataset):  # online: TRL's settings, resumable
             return trl_compat.ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
-        return offline.train_sampler(dataset, self.args, self.num_iterations, self.shuffle_dataset,
-                                     grouped=self._echo_share)
+        return offline.train_sampler(
+            dataset, self.args, self.num_iterations, self.shuffle_dataset, grouped=self._echo_share
+        )
 
     def _get_eval_sampler(self, eval_dataset):
         if not offline.is_trajectory_dataset(eval_dataset):
@@ -137,21 +166,39 @@ class EchoGRPOTrainer(GRPOTrainer):
             return self._offline_batch(inputs)
         output = super()._generate_and_score_completions(inputs)
         rollouts, self._echo_rollouts = self._echo_rollouts, None
-        masks = online_masks(rollouts, output["completion_mask"], output.get("tool_mask"),
-                             tokenizer=trl_compat.tokenizer(self), tools=self.tools, settings=self._echo_settings,
-                             render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(self, msgs, **kw))
+        masks = online_masks(
+            rollouts,
+            output["completion_mask"],
+            output.get("tool_mask"),
+            tokenizer=trl_compat.tokenizer(self),
+            tools=self.tools,
+            settings=self._echo_settings,
+            render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(self, msgs, **kw),
+        )
         if masks.env_mask_fallback:
-            self._warn_once("rollout_env_mask", "rollout_func returned env_mask but no env_output_mask: every "
-                            "env_mask == 0 token counts as environment output (template scaffolding included). "
-                            "Return env_output_mask for content-only world-model targets.")
+            self._warn_once(
+                "rollout_env_mask",
+                "rollout_func returned env_mask but no env_output_mask: every "
+                "env_mask == 0 token counts as environment output (template scaffolding included). "
+                "Return env_output_mask for content-only world-model targets.",
+            )
         if masks.align_failures:
-            self._warn_once("align", "could not locate tool-output content in some tool_mask == 0 spans; those "
-                            "completions train no world term (see world/online_align_failures)")
-        output.update(env_output_mask=masks.env_output_mask, warning_mask=masks.warning_mask,
-                      world_mask=masks.world_mask, world_num_items=self.accelerator.gather(
-                          global_count(masks.world_mask, self.args.world_loss_normalization)).sum())
-        metrics.log_online_batch(trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures,
-                                       self.accelerator.gather)
+            self._warn_once(
+                "align",
+                "could not locate tool-output content in some tool_mask == 0 spans; those "
+                "completions train no world term (see world/online_align_failures)",
+            )
+        output.update(
+            env_output_mask=masks.env_output_mask,
+            warning_mask=masks.warning_mask,
+            world_mask=masks.world_mask,
+            world_num_items=self.accelerator.gather(
+                global_count(masks.world_mask, self.args.world_loss_normalization)
+            ).sum(),
+        )
+        metrics.log_online_batch(
+            trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures, self.accelerator.gather
+        )
         return output
 
     def _prepare_inputs(self, generation_batch):
@@ -174,19 +221,26 @@ class EchoGRPOTrainer(GRPOTrainer):
         device, mode, tokenizer = self.accelerator.device, self._mode(), trl_compat.tokenizer(self)
         features = [trajectory_features(tokenizer, row, self._echo_settings) for row in rows]
         batch = {k: v.to(device) for k, v in collate_features(features, tokenizer.pad_token_id).items()}
-        batch["advantages"], rewards = collated_advantages(rows, self.args.scale_rewards, self.accelerator.gather, device)
+        batch["advantages"], rewards = collated_advantages(
+            rows, self.args.scale_rewards, self.accelerator.gather, device
+        )
         if EVAL_INDEX_COLUMN in rows[0]:
             batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
         loss_mask = batch["completion_mask"] * batch["tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         batch["world_num_items"] = self.accelerator.gather(
-            global_count(batch["world_mask"], self.args.world_loss_normalization).to(device)).sum()
+            global_count(batch["world_mask"], self.args.world_loss_normalization).to(device)
+        ).sum()
 
-        trl_compat.add_sampling_logps(self, batch, self.args.per_device_train_batch_size if mode == "train"
-                                      else self.args.per_device_eval_batch_size)
+        trl_compat.add_sampling_logps(
+            self,
+            batch,
+            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size,
+        )
         m = trl_compat.metrics(self, mode)
-        metrics.log_offline_batch(m, rewards, batch["advantages"], batch["completion_mask"], features,
-                                        self.accelerator.gather)
+        metrics.log_offline_batch(
+            m, rewards, batch["advantages"], batch["completion_mask"], features, self.accelerator.gather
+        )
         if mode == "train":
             tokens = batch["prompt_mask"].sum() + batch["completion_mask"].sum()
             self.state.num_input_tokens_seen += self.accelerator.gather(tokens).sum().item()
@@ -212,15 +266,22 @@ class EchoGRPOTrainer(GRPOTrainer):
         if loss is not None and self._current_coeff() == 0.0:
             return loss  # lambda = 0 is GRPO, bit for bit
         if mode == "train":
-            check_world_finite(trl_compat.metrics(self, "train")["world/loss_unscaled"][-1],
-                               self.state.global_step + 1, loss)
+            check_world_finite(
+                trl_compat.metrics(self, "train")["world/loss_unscaled"][-1], self.state.global_step + 1, loss
+            )
         return world_scaled if loss is None else loss + world_scaled
 
     def _current_coeff(self) -> float:
         a = self.args
-        return world_coeff_at(self.state.global_step, coeff=a.world_model_coeff, schedule=a.world_model_coeff_schedule,
-                              end=a.world_model_coeff_end, steps=a.world_model_coeff_steps,
-                              values=a.world_model_coeff_values, max_steps=self.state.max_steps)
+        return world_coeff_at(
+            self.state.global_step,
+            coeff=a.world_model_coeff,
+            schedule=a.world_model_coeff_schedule,
+            end=a.world_model_coeff_end,
+            steps=a.world_model_coeff_steps,
+            values=a.world_model_coeff_values,
+            max_steps=self.state.max_steps,
+        )
 
     def _logps_at(self, temperature: float, model, inputs, forward: trl_compat.LossForward) -> torch.Tensor:
         """Per-token log-probs at ``temperature``: TRL's own, or its hidden states re-projected (ECHO's tokens)."""
@@ -229,8 +290,9 @@ class EchoGRPOTrainer(GRPOTrainer):
         completion_ids = inputs["completion_ids"]
         need = inputs["completion_mask"].bool() & torch.stack(
             [inputs[k].bool() for k in ("world_mask", "env_output_mask", "warning_mask") if k in inputs]
-            or [torch.zeros_like(completion_ids, dtype=torch.bool)]).any(0)
-        hidden = forward.hidden[:, -completion_ids.size(1) - 1:-1]  # the position before each token predicts it
+            or [torch.zeros_like(completion_ids, dtype=torch.bool)]
+        ).any(0)
+        hidden = forward.hidden[:, -completion_ids.size(1) - 1 : -1]  # the position before each token predicts it
         values = trl_compat.logps_at_temperature(model, hidden[need], completion_ids[need], temperature)
         return torch.zeros(need.shape, dtype=values.dtype, device=values.device).masked_scatter(need, values)
 
@@ -249,21 +311,28 @@ class EchoGRPOTrainer(GRPOTrainer):
         world_items = inputs.get("world_num_items")
         if world_items is None:
             world_items = self.accelerator.gather(global_count(world_mask, self.args.world_loss_normalization)).sum()
-        divisor = divisor_for(world_items, num_processes=self.accelerator.num_processes,
-                              gradient_accumulation_steps=getattr(self, "current_gradient_accumulation_steps",
-                                                                  self.args.gradient_accumulation_steps),
-                              steps_per_generation=self.args.steps_per_generation, training=training)
+        divisor = divisor_for(
+            world_items,
+            num_processes=self.accelerator.num_processes,
+            gradient_accumulation_steps=getattr(
+                self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
+            ),
+            steps_per_generation=self.args.steps_per_generation,
+            training=training,
+        )
         wl = world_loss(logps, world_mask, normalization=self.args.world_loss_normalization, divisor=divisor)
         coeff = self._current_coeff()
         env_sum, env_n = nll_sum_and_count(ce_logps, env_mask)
         warn_sum, warn_n = nll_sum_and_count(ce_logps, warn_mask)
-        local = torch.stack([env_sum, env_n, warn_sum, warn_n, wl.numerator.float(), wl.count.float(),
-                             action_mask.sum().float()]).to(self.accelerator.device)
+        local = torch.stack(
+            [env_sum, env_n, warn_sum, warn_n, wl.numerator.float(), wl.count.float(), action_mask.sum().float()]
+        ).to(self.accelerator.device)
         totals = self.accelerator.reduce(local, reduction="sum").tolist()
         held_out = None
         if not training:  # held-out CE: token-weighted over the whole evaluation, each trajectory once
-            self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), ce_logps, env_mask, warn_mask, totals[:4],
-                                self.accelerator.gather)
+            self._echo_eval.add(
+                inputs.get(EVAL_INDEX_COLUMN), ce_logps, env_mask, warn_mask, totals[:4], self.accelerator.gather
+            )
             held_out = self._echo_eval.means()
         metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)
         return coeff * wl.loss
@@ -275,8 +344,12 @@ class EchoGRPOTrainer(GRPOTrainer):
         """TRL's card plus the ECHO settings, the final world-model metrics and the ECHO / AWM citations."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if self.is_world_process_zero():
-            add_echo_section(f"{self.args.output_dir}/README.md", self.args, self.state.log_history,
-                             base_model=getattr(self.model.config, "name_or_path", None))
+            add_echo_section(
+                f"{self.args.output_dir}/README.md",
+                self.args,
+                self.state.log_history,
+                base_model=getattr(self.model.config, "name_or_path", None),
+            )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """``Trainer.save_model``; a save to ``output_dir`` also writes the model card there (TRL writes it only

@@ -58,14 +58,18 @@ SWEEP = (0.0, 0.005, 0.02, 0.05, 0.2)
 def parse_args(argv=None) -> argparse.Namespace:
     from echo_trl.demo.warmup import add_warmup_arguments
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="fewer steps (about 8 CPU minutes)")
     p.add_argument("--output_dir", default="outputs/world_model_curve")
     p.add_argument("--data_dir", default=str(REPO / "data" / "episodes"))
     p.add_argument("--splits", default=str(REPO / "data" / "awm_scenarios" / "splits.json"))
-    p.add_argument("--model_name_or_path", default=None,
-                   help="a real model (GPU); default: a tiny random-init Qwen3-architecture model built locally")
+    p.add_argument(
+        "--model_name_or_path",
+        default=None,
+        help="a real model (GPU); default: a tiny random-init Qwen3-architecture model built locally",
+    )
     p.add_argument("--max_steps", type=int, default=None, help="optimizer steps per run (default 60, quick 20)")
     p.add_argument("--eval_every", type=int, default=None, help="held-out eval every N optimizer steps (default 5)")
     p.add_argument("--learning_rate", type=float, default=2e-3)
@@ -74,19 +78,30 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--per_device_train_batch_size", type=int, default=4)
     p.add_argument("--max_completion_length", type=int, default=None, help="completion tokens kept (default: all)")
     p.add_argument("--hidden_size", type=int, default=None, help="tiny model width (default 128)")
-    p.add_argument("--keep_tool_schemas", action="store_true",
-                   help="keep the 21 tool schemas in the prompt (~4.6k context tokens per episode); by default they "
-                        "are dropped for the tiny-model CPU run (context only: no env-output or action token changes), "
-                        "which cuts sequences to ~1.5k tokens. Always kept with --model_name_or_path.")
+    p.add_argument(
+        "--keep_tool_schemas",
+        action="store_true",
+        help="keep the 21 tool schemas in the prompt (~4.6k context tokens per episode); by default they "
+        "are dropped for the tiny-model CPU run (context only: no env-output or action token changes), "
+        "which cuts sequences to ~1.5k tokens. Always kept with --model_name_or_path.",
+    )
     add_warmup_arguments(p, before="every run (tiny model only)")
     p.add_argument("--collapse_tol", type=float, default=0.10)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
-    p.add_argument("--behavior_policy", choices=["initial", "current"], default=None,
-                   help="behaviour policy of the recorded episodes (they carry no log-probs): the starting model, "
-                        "or the policy at each update (default: EchoGRPOConfig's)")
+    p.add_argument(
+        "--behavior_policy",
+        choices=["initial", "current"],
+        default=None,
+        help="behaviour policy of the recorded episodes (they carry no log-probs): the starting model, "
+        "or the policy at each update (default: EchoGRPOConfig's)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--copy_to_docs", default=None, help="also copy the two PNGs into this directory (docs/img); "
-                   "names end in _current with --behavior_policy current")
+    p.add_argument(
+        "--copy_to_docs",
+        default=None,
+        help="also copy the two PNGs into this directory (docs/img); "
+        "names end in _current with --behavior_policy current",
+    )
     args = p.parse_args(argv)
     args.max_steps = args.max_steps or (20 if args.quick else 60)
     args.eval_every = args.eval_every or 5
@@ -124,13 +139,24 @@ def model_source(args, train) -> tuple[str, bool, dict | None]:
     from echo_trl.demo.warmup import WarmupSettings, warm_up_tiny_model
 
     corpus = list(corpus_of(train))  # the tokenizer sees training text only
-    path = ensure_tiny_model(Path(args.output_dir) / f"tiny-qwen3-h{args.hidden_size}", family="qwen3",
-                             corpus=corpus, hidden_size=args.hidden_size)
+    path = ensure_tiny_model(
+        Path(args.output_dir) / f"tiny-qwen3-h{args.hidden_size}",
+        family="qwen3",
+        corpus=corpus,
+        hidden_size=args.hidden_size,
+    )
     warm, record = warm_up_tiny_model(
-        path, train, WarmupSettings(steps=args.warmup_steps, learning_rate=args.warmup_learning_rate,
-                                    batch_size=args.per_device_train_batch_size,
-                                    max_completion_length=args.max_completion_length, seed=args.seed),
-        log=lambda m: print(m, file=sys.stderr))
+        path,
+        train,
+        WarmupSettings(
+            steps=args.warmup_steps,
+            learning_rate=args.warmup_learning_rate,
+            batch_size=args.per_device_train_batch_size,
+            max_completion_length=args.max_completion_length,
+            seed=args.seed,
+        ),
+        log=lambda m: print(m, file=sys.stderr),
+    )
     return str(warm), True, record
 
 
@@ -164,15 +190,16 @@ def action_ce(model, tokenizer, rows, max_completion_length=None) -> float:
     return nll / max(n, 1)
 
 
-def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool, source: str, train, held,
-              args) -> dict:
+def train_run(
+    name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool, source: str, train, held, args
+) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
     from echo_trl.config import EchoGRPOConfig
-    from echo_trl.trainer import EchoGRPOTrainer
     from echo_trl.train.world_eval import evaluate_world_model
+    from echo_trl.trainer import EchoGRPOTrainer
 
     torch.manual_seed(args.seed)
     cuda = torch.cuda.is_available()
@@ -183,10 +210,16 @@ def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool
     curve: list[dict] = []
 
     def evaluate(step: int, m) -> None:
-        ev = evaluate_world_model(m, tokenizer, held, max_completion_length=args.max_completion_length,
-                                  show_progress=False)
-        curve.append({"step": step, "heldout_ce_env": ev["ce_env"],
-                      "heldout_ce_action": action_ce(m, tokenizer, held, args.max_completion_length)})
+        ev = evaluate_world_model(
+            m, tokenizer, held, max_completion_length=args.max_completion_length, show_progress=False
+        )
+        curve.append(
+            {
+                "step": step,
+                "heldout_ce_env": ev["ce_env"],
+                "heldout_ce_action": action_ce(m, tokenizer, held, args.max_completion_length),
+            }
+        )
 
     class Eval(TrainerCallback):
         def on_step_end(self, a, state, control, model=None, **kw):
@@ -195,37 +228,68 @@ def train_run(name: str, coeff: float, use_policy_loss: bool, zero_rewards: bool
 
     evaluate(0, model)
     config = EchoGRPOConfig(
-        output_dir=str(Path(args.output_dir) / "runs" / name), world_model_coeff=coeff,
-        use_policy_loss=use_policy_loss, max_steps=args.max_steps, learning_rate=args.learning_rate,
-        lr_scheduler_type="constant", warmup_steps=0, per_device_train_batch_size=args.per_device_train_batch_size,
-        num_generations=2, max_completion_length=args.max_completion_length, gradient_checkpointing=False,
-        use_cpu=not cuda, bf16=cuda, report_to="none", logging_steps=1, save_strategy="no", seed=args.seed,
-        disable_tqdm=True, **({} if args.behavior_policy is None else {"behavior_policy": args.behavior_policy}))
-    trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, processing_class=tokenizer,
-                              callbacks=[Eval()])
+        output_dir=str(Path(args.output_dir) / "runs" / name),
+        world_model_coeff=coeff,
+        use_policy_loss=use_policy_loss,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        num_generations=2,
+        max_completion_length=args.max_completion_length,
+        gradient_checkpointing=False,
+        use_cpu=not cuda,
+        bf16=cuda,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+        **({} if args.behavior_policy is None else {"behavior_policy": args.behavior_policy}),
+    )
+    trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, processing_class=tokenizer, callbacks=[Eval()])
     trainer.remove_callback(PrinterCallback)
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0
     args.behavior_policy = config.behavior_policy  # recorded in results.json
     logs = [h for h in trainer.state.log_history if "world/loss_scaled" in h]
-    steps = [{"step": h["step"], "loss": h.get("loss"), "world_loss_scaled": h["world/loss_scaled"],
-              "world_loss_unscaled": h["world/loss_unscaled"], "train_ce_env": h.get("world/ce_env"),
-              "entropy": h.get("entropy"), "clip_ratio": h.get("clip_ratio/region_mean"),
-              "policy_loss": (h["loss"] - h["world/loss_scaled"]) if use_policy_loss and h.get("loss") is not None
-              else None} for h in logs]
-    tail = steps[-max(1, len(steps) // 4):]  # last quarter of the run: the "final" training values
+    steps = [
+        {
+            "step": h["step"],
+            "loss": h.get("loss"),
+            "world_loss_scaled": h["world/loss_scaled"],
+            "world_loss_unscaled": h["world/loss_unscaled"],
+            "train_ce_env": h.get("world/ce_env"),
+            "entropy": h.get("entropy"),
+            "clip_ratio": h.get("clip_ratio/region_mean"),
+            "policy_loss": (h["loss"] - h["world/loss_scaled"])
+            if use_policy_loss and h.get("loss") is not None
+            else None,
+        }
+        for h in logs
+    ]
+    tail = steps[-max(1, len(steps) // 4) :]  # last quarter of the run: the "final" training values
     mean = lambda xs: (sum(xs) / len(xs)) if xs else None  # noqa: E731
     first, last = curve[0], curve[-1]
     return {
-        "name": name, "world_model_coeff": coeff, "use_policy_loss": use_policy_loss, "zero_rewards": zero_rewards,
-        "eval_curve": curve, "train_log": steps, "train_seconds": round(seconds, 1),
-        "heldout_ce_env_start": first["heldout_ce_env"], "heldout_ce_env_end": last["heldout_ce_env"],
+        "name": name,
+        "world_model_coeff": coeff,
+        "use_policy_loss": use_policy_loss,
+        "zero_rewards": zero_rewards,
+        "eval_curve": curve,
+        "train_log": steps,
+        "train_seconds": round(seconds, 1),
+        "heldout_ce_env_start": first["heldout_ce_env"],
+        "heldout_ce_env_end": last["heldout_ce_env"],
         "heldout_ce_env_rel_change": (last["heldout_ce_env"] - first["heldout_ce_env"]) / first["heldout_ce_env"],
-        "heldout_ce_action_start": first["heldout_ce_action"], "heldout_ce_action_end": last["heldout_ce_action"],
+        "heldout_ce_action_start": first["heldout_ce_action"],
+        "heldout_ce_action_end": last["heldout_ce_action"],
         # the collapse check compares this, not one noisy end point: the mean over the last quarter of the run
-        "heldout_ce_action_tail": mean([c["heldout_ce_action"] for c in curve
-                                        if c["step"] >= 0.75 * last["step"]] or [last["heldout_ce_action"]]),
+        "heldout_ce_action_tail": mean(
+            [c["heldout_ce_action"] for c in curve if c["step"] >= 0.75 * last["step"]] or [last["heldout_ce_action"]]
+        ),
         "final_policy_loss": mean([s["policy_loss"] for s in tail if s["policy_loss"] is not None]),
         "final_entropy": mean([s["entropy"] for s in tail if s["entropy"] is not None]),
         "final_train_ce_env": mean([s["train_ce_env"] for s in tail if s["train_ce_env"] is not None]),
@@ -241,10 +305,15 @@ def flag_collapse(sweep: dict[str, dict], tol: float) -> None:
             reasons.append("lambda > 0.1 (paper: collapse at 0.2)")
         if base is not None and r is not base:
             if r["heldout_ce_action_tail"] > base["heldout_ce_action_tail"] * (1 + tol):
-                reasons.append(f"held-out action CE {r['heldout_ce_action_tail']:.3f} (last-quarter mean) > "
-                               f"(1+{tol:g}) x lambda=0's {base['heldout_ce_action_tail']:.3f}")
-            if r["final_entropy"] is not None and base["final_entropy"] and r["final_entropy"] < 0.5 * base[
-                    "final_entropy"]:
+                reasons.append(
+                    f"held-out action CE {r['heldout_ce_action_tail']:.3f} (last-quarter mean) > "
+                    f"(1+{tol:g}) x lambda=0's {base['heldout_ce_action_tail']:.3f}"
+                )
+            if (
+                r["final_entropy"] is not None
+                and base["final_entropy"]
+                and r["final_entropy"] < 0.5 * base["final_entropy"]
+            ):
                 reasons.append("policy entropy < half of lambda=0's")
         r["collapse_flag"] = bool(reasons)
         r["collapse_reasons"] = reasons
@@ -262,12 +331,19 @@ def plot(results: dict, out: Path) -> tuple[Path | None, Path | None]:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for key, label in MAIN.items():
         r = results["runs"][key]
-        ax.plot([c["step"] for c in r["eval_curve"]], [c["heldout_ce_env"] for c in r["eval_curve"]], marker="o",
-                label=f"{label}: {100 * r['heldout_ce_env_rel_change']:+.0f}%")
+        ax.plot(
+            [c["step"] for c in r["eval_curve"]],
+            [c["heldout_ce_env"] for c in r["eval_curve"]],
+            marker="o",
+            label=f"{label}: {100 * r['heldout_ce_env_rel_change']:+.0f}%",
+        )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out env-token CE (nats/token)")
-    ax.set_title(f"World model on held-out AWM tasks\n({results['model_label']}, behavior_policy="
-                 f"{results['settings'].get('behavior_policy')})", fontsize=9)
+    ax.set_title(
+        f"World model on held-out AWM tasks\n({results['model_label']}, behavior_policy="
+        f"{results['settings'].get('behavior_policy')})",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -327,21 +403,33 @@ def main(argv=None) -> dict:
     start = time.time()
     train, held = load_data(args)
     source, tiny, warmup = model_source(args, train)
-    label = (f"tiny Qwen3-arch h{args.hidden_size}" + (f", {args.warmup_steps}-step env-blind warm-up"
-                                                        if args.warmup_steps > 0 else ", random init")
-             if tiny else Path(source).name)
-    print(f"{len(train)} train / {len(held)} held-out episodes; model {source}; {args.max_steps} steps, "
-          f"lr {args.learning_rate}", file=sys.stderr)
+    label = (
+        f"tiny Qwen3-arch h{args.hidden_size}"
+        + (f", {args.warmup_steps}-step env-blind warm-up" if args.warmup_steps > 0 else ", random init")
+        if tiny
+        else Path(source).name
+    )
+    print(
+        f"{len(train)} train / {len(held)} held-out episodes; model {source}; {args.max_steps} steps, "
+        f"lr {args.learning_rate}",
+        file=sys.stderr,
+    )
     runs: dict[str, dict] = {}
-    plan = [("echo", args.world_model_coeff, True, False), ("grpo", 0.0, True, False),
-            ("verifier_free", args.world_model_coeff, False, True)]
+    plan = [
+        ("echo", args.world_model_coeff, True, False),
+        ("grpo", 0.0, True, False),
+        ("verifier_free", args.world_model_coeff, False, True),
+    ]
     plan += [(f"lambda_{c:g}", c, True, False) for c in args.sweep if c not in (0.0, args.world_model_coeff)]
     for name, coeff, policy, zero in plan:
         print(f"run {name}: lambda={coeff:g} use_policy_loss={policy} zero_rewards={zero}", file=sys.stderr)
         runs[name] = train_run(name, coeff, policy, zero, source, train, held, args)
         r = runs[name]
-        print(f"  held-out env CE {r['heldout_ce_env_start']:.3f} -> {r['heldout_ce_env_end']:.3f} "
-              f"({100 * r['heldout_ce_env_rel_change']:+.1f}%), {r['train_seconds']}s", file=sys.stderr)
+        print(
+            f"  held-out env CE {r['heldout_ce_env_start']:.3f} -> {r['heldout_ce_env_end']:.3f} "
+            f"({100 * r['heldout_ce_env_rel_change']:+.1f}%), {r['train_seconds']}s",
+            file=sys.stderr,
+        )
     sweep = {}
     for c in args.sweep:
         key = "grpo" if c == 0.0 else "echo" if c == args.world_model_coeff else f"lambda_{c:g}"
@@ -349,19 +437,43 @@ def main(argv=None) -> dict:
     flag_collapse(sweep, args.collapse_tol)
     echo, grpo = runs["echo"], runs["grpo"]
     acceptance = {
-        "echo_rel_change": echo["heldout_ce_env_rel_change"], "grpo_rel_change": grpo["heldout_ce_env_rel_change"],
+        "echo_rel_change": echo["heldout_ce_env_rel_change"],
+        "grpo_rel_change": grpo["heldout_ce_env_rel_change"],
         "verifier_free_rel_change": runs["verifier_free"]["heldout_ce_env_rel_change"],
         "target": "ECHO lowers held-out env CE by >= 30% relative while lambda=0 moves it < 5%",
         "met": echo["heldout_ce_env_rel_change"] <= -0.30 and abs(grpo["heldout_ce_env_rel_change"]) < 0.05,
     }
-    results = {"model": source, "model_label": label, "warmup": warmup, "train_episodes": len(train), "heldout_episodes": len(held),
-               "settings": {k: v for k, v in vars(args).items()}, "runs": runs,
-               "sweep": {k: {kk: v[kk] for kk in ("name", "world_model_coeff", "heldout_ce_env_start",
-                                                  "heldout_ce_env_end", "heldout_ce_env_rel_change",
-                                                  "heldout_ce_action_end", "heldout_ce_action_tail",
-                                                  "final_policy_loss", "final_entropy", "mean_clip_ratio",
-                                                  "collapse_flag", "collapse_reasons")} for k, v in sweep.items()},
-               "acceptance": acceptance, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    results = {
+        "model": source,
+        "model_label": label,
+        "warmup": warmup,
+        "train_episodes": len(train),
+        "heldout_episodes": len(held),
+        "settings": {k: v for k, v in vars(args).items()},
+        "runs": runs,
+        "sweep": {
+            k: {
+                kk: v[kk]
+                for kk in (
+                    "name",
+                    "world_model_coeff",
+                    "heldout_ce_env_start",
+                    "heldout_ce_env_end",
+                    "heldout_ce_env_rel_change",
+                    "heldout_ce_action_end",
+                    "heldout_ce_action_tail",
+                    "final_policy_loss",
+                    "final_entropy",
+                    "mean_clip_ratio",
+                    "collapse_flag",
+                    "collapse_reasons",
+                )
+            }
+            for k, v in sweep.items()
+        },
+        "acceptance": acceptance,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
     curves, sweep_png = plot(results, out)
     results["wall_seconds"] = round(time.time() - start, 1)
     results["plots"] = [str(p) for p in (curves, sweep_png) if p]
@@ -381,13 +493,18 @@ def main(argv=None) -> dict:
         name = MAIN.get(key, f"lambda={r['world_model_coeff']:g}")
         flag = next((s["collapse_flag"] for s in results["sweep"].values() if s["name"] == key), None)
         pol = f"{r['final_policy_loss']:.4f}" if r["final_policy_loss"] is not None else "-"
-        print(f"{name:<28}{r['heldout_ce_env_start']:>9.3f}{r['heldout_ce_env_end']:>9.3f}"
-              f"{100 * r['heldout_ce_env_rel_change']:>+8.1f}%{r['heldout_ce_action_tail']:>9.3f}{pol:>9}  "
-              f"{'' if flag is None else ('FLAGGED' if flag else 'no')}")
+        print(
+            f"{name:<28}{r['heldout_ce_env_start']:>9.3f}{r['heldout_ce_env_end']:>9.3f}"
+            f"{100 * r['heldout_ce_env_rel_change']:>+8.1f}%{r['heldout_ce_action_tail']:>9.3f}{pol:>9}  "
+            f"{'' if flag is None else ('FLAGGED' if flag else 'no')}"
+        )
     print("act CE: held-out action-token CE, mean over the last quarter of the run")
     print(f"acceptance ({acceptance['target']}): {'met' if acceptance['met'] else 'NOT met'}")
-    print(f"wrote {out / 'results.json'}" + "".join(f", {p}" for p in results["plots"])
-          + f" ({results['wall_seconds']:.0f}s)")
+    print(
+        f"wrote {out / 'results.json'}"
+        + "".join(f", {p}" for p in results["plots"])
+        + f" ({results['wall_seconds']:.0f}s)"
+    )
     return results
 
 

@@ -43,36 +43,67 @@ class AWMOnlineArguments:
     """Where the AWM scenario and its tasks come from (the prompts of online training)."""
 
     awm_scenario: list[str] | None = field(
-        default=None, metadata={"help": "AWM scenario name(s), e.g. library_1 (several: one run over all of them)."})
+        default=None, metadata={"help": "AWM scenario name(s), e.g. library_1 (several: one run over all of them)."}
+    )
     awm_data: list[str] | None = field(
-        default=None, metadata={"help": "Local AWM-format directory (or several) with gen_*.jsonl files (e.g. "
-                                "data/awm_scenarios); each scenario is read from the first directory that has it."})
+        default=None,
+        metadata={
+            "help": "Local AWM-format directory (or several) with gen_*.jsonl files (e.g. "
+            "data/awm_scenarios); each scenario is read from the first directory that has it."
+        },
+    )
     awm_hub_repo: str | None = field(
-        default=None, metadata={"help": "Read the scenario from this Hub dataset instead of --awm_data "
-                                "(e.g. Snowflake/AgentWorldModel-1K); --awm_data wins when both are set."})
+        default=None,
+        metadata={
+            "help": "Read the scenario from this Hub dataset instead of --awm_data "
+            "(e.g. Snowflake/AgentWorldModel-1K); --awm_data wins when both are set."
+        },
+    )
     awm_tasks: list[int] | None = field(
-        default=None, metadata={"help": "Task indices to train on (in every scenario). Default: each scenario's "
-                                "'train' tasks from splits.json next to its data when present, else every task."})
+        default=None,
+        metadata={
+            "help": "Task indices to train on (in every scenario). Default: each scenario's "
+            "'train' tasks from splits.json next to its data when present, else every task."
+        },
+    )
     awm_repeats: int = field(default=1, metadata={"help": "Rows per task in the prompt dataset (an epoch's size)."})
     awm_tool_timeout: float = field(default=30.0, metadata={"help": "Seconds one MCP tool call may take."})
     awm_verifier_timeout: float = field(default=30.0, metadata={"help": "Seconds the task verifier may take."})
-    awm_max_servers: int = field(default=4, metadata={"help": "Scenario server processes alive at once (a pool; "
-                                                      "least recently used closed first)."})
+    awm_max_servers: int = field(
+        default=4,
+        metadata={"help": "Scenario server processes alive at once (a pool; least recently used closed first)."},
+    )
     awm_format: str = field(
-        default="chat-template", metadata={"help": "chat-template: one tool per MCP tool, the chat template's tool "
-                                           "calls; awm-agent: the official AWM agent's list_tools/call_tool.",
-                                           "choices": ["chat-template", "awm-agent"]})
+        default="chat-template",
+        metadata={
+            "help": "chat-template: one tool per MCP tool, the chat template's tool "
+            "calls; awm-agent: the official AWM agent's list_tools/call_tool.",
+            "choices": ["chat-template", "awm-agent"],
+        },
+    )
     awm_verify_turn: str | None = field(
-        default=None, metadata={"help": "env_output (default with chat-template): the agent gets a "
-                                "verify(final_answer) tool whose result enters the conversation; omit (default and "
-                                "only choice with awm-agent): the verifier runs after the rollout, unseen.",
-                                "choices": ["env_output", "omit"]})
+        default=None,
+        metadata={
+            "help": "env_output (default with chat-template): the agent gets a "
+            "verify(final_answer) tool whose result enters the conversation; omit (default and "
+            "only choice with awm-agent): the verifier runs after the rollout, unseen.",
+            "choices": ["env_output", "omit"],
+        },
+    )
     awm_stop_on_format_error: bool = field(
-        default=False, metadata={"help": "End a rollout at its first format error (default: go on as AWM does; the "
-                                 "reward is -1.0 either way)."})
+        default=False,
+        metadata={
+            "help": "End a rollout at its first format error (default: go on as AWM does; the "
+            "reward is -1.0 either way)."
+        },
+    )
     awm_system_prompt: str | None = field(
-        default=None, metadata={"help": "System prompt of every task ('{scenario}' is filled in, other braces are "
-                                "text; default: echo-trl's, or the official agent's with awm-agent)."})
+        default=None,
+        metadata={
+            "help": "System prompt of every task ('{scenario}' is filled in, other braces are "
+            "text; default: echo-trl's, or the official agent's with awm-agent)."
+        },
+    )
 
 
 def make_parser():
@@ -81,8 +112,12 @@ def make_parser():
 
     from echo_trl.config import EchoGRPOConfig
 
-    return TrlParser((AWMOnlineArguments, EchoGRPOConfig, ModelConfig), prog="train_online_awm.py",
-                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return TrlParser(
+        (AWMOnlineArguments, EchoGRPOConfig, ModelConfig),
+        prog="train_online_awm.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def _as_list(value) -> list[str]:
@@ -90,8 +125,9 @@ def _as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def train_tasks(awm_args: AWMOnlineArguments, scenario: str | None = None, data_dir: str | None = None
-                ) -> list[int] | None:
+def train_tasks(
+    awm_args: AWMOnlineArguments, scenario: str | None = None, data_dir: str | None = None
+) -> list[int] | None:
     """The explicit task list, else the 'train' split of ``splits.json`` beside the scenario's data, else all (None).
 
     ``scenario`` / ``data_dir`` default to the first ``--awm_scenario`` / ``--awm_data``.
@@ -115,11 +151,15 @@ def load_scenarios(awm_args: AWMOnlineArguments) -> list[tuple[object, str | Non
     from echo_trl.errors import EchoTrlError
 
     dirs = _as_list(awm_args.awm_data)
-    sources = [(ScenarioSource.from_dir(d), d) for d in dirs] or [(ScenarioSource.from_hub(awm_args.awm_hub_repo), None)]
+    sources = [(ScenarioSource.from_dir(d), d) for d in dirs] or [
+        (ScenarioSource.from_hub(awm_args.awm_hub_repo), None)
+    ]
     out = []
     for name in _as_list(awm_args.awm_scenario):
-        where = next(((src, d) for src, d in sources if d is None or name in src.list_scenarios()),
-                     sources[0] if len(sources) == 1 else None)  # one source: its load() says what is missing
+        where = next(
+            ((src, d) for src, d in sources if d is None or name in src.list_scenarios()),
+            sources[0] if len(sources) == 1 else None,
+        )  # one source: its load() says what is missing
         if where is None:
             raise EchoTrlError(f"scenario {name!r} is in none of --awm_data {dirs}")
         out.append((where[0].load(name), where[1]))
@@ -146,23 +186,39 @@ def main(argv: list[str] | None = None) -> int:
     several = len(scenarios) > 1
     agent = awm_args.awm_format == "awm-agent"
     system_prompt = awm_args.awm_system_prompt or (awm_agent.SYSTEM_PROMPT if agent else None)
-    prompts = awm_task_dataset([sc for sc, _ in scenarios] if several else scenarios[0][0],
-                               tasks if several else tasks[scenarios[0][0].name], repeats=awm_args.awm_repeats,
-                               system_prompt=system_prompt)
-    env_kwargs = {"tool_timeout": awm_args.awm_tool_timeout, "verifier_timeout": awm_args.awm_verifier_timeout,
-                  "max_servers": awm_args.awm_max_servers, "stop_on_format_error": awm_args.awm_stop_on_format_error,
-                  "verify_turn": awm_args.awm_verify_turn or default_verify_turn(awm_args.awm_format)}
+    prompts = awm_task_dataset(
+        [sc for sc, _ in scenarios] if several else scenarios[0][0],
+        tasks if several else tasks[scenarios[0][0].name],
+        repeats=awm_args.awm_repeats,
+        system_prompt=system_prompt,
+    )
+    env_kwargs = {
+        "tool_timeout": awm_args.awm_tool_timeout,
+        "verifier_timeout": awm_args.awm_verifier_timeout,
+        "max_servers": awm_args.awm_max_servers,
+        "stop_on_format_error": awm_args.awm_stop_on_format_error,
+        "verify_turn": awm_args.awm_verify_turn or default_verify_turn(awm_args.awm_format),
+    }
     if agent:  # one environment for every scenario: the row's 'scenario' picks it
         factory = awm_agent_environment_factory([sc for sc, _ in scenarios], **env_kwargs)
     else:
         factories = awm_environment_factories([sc for sc, _ in scenarios], **env_kwargs)
         factory = factories if several else next(iter(factories.values()))
-    training_args.model_init_kwargs = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation,
-                                       "revision": model_args.model_revision, **(training_args.model_init_kwargs or {})}
+    training_args.model_init_kwargs = {
+        "dtype": model_args.dtype,
+        "attn_implementation": model_args.attn_implementation,
+        "revision": model_args.model_revision,
+        **(training_args.model_init_kwargs or {}),
+    }
     try:
-        trainer = EchoGRPOTrainer(model=model_args.model_name_or_path, args=training_args, train_dataset=prompts,
-                                  environment_factory=factory, peft_config=get_peft_config(model_args),
-                                  quantization_config=get_quantization_config(model_args))
+        trainer = EchoGRPOTrainer(
+            model=model_args.model_name_or_path,
+            args=training_args,
+            train_dataset=prompts,
+            environment_factory=factory,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_state()
         trainer.save_model(training_args.output_dir)

@@ -29,8 +29,10 @@ TEMPLATE_FAMILIES = ("qwen2_5", "qwen3", "llama3_1")
 def require_shared(path: Path) -> Path:
     """Skip (with the reason) when the shared AWM sample data is not next to the checkout."""
     if not path.exists():
-        pytest.skip(f"needs the AWM-1K sample data (CC-BY-4.0, not in the repository) at {path}: put it in "
-                    "../shared/data next to the checkout (README, 'Tests with AWM-1K data')")
+        pytest.skip(
+            f"needs the AWM-1K sample data (CC-BY-4.0, not in the repository) at {path}: put it in "
+            "../shared/data next to the checkout (README, 'Tests with AWM-1K data')"
+        )
     return path
 
 
@@ -65,7 +67,7 @@ def descendant_pids(pid: int | None = None) -> set[int]:
         if d.name.isdigit():
             try:
                 stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
+                fields = stat[stat.rindex(")") + 2 :].split()
                 if fields[0] != "Z":
                     parent[int(d.name)] = int(fields[1])
             except (OSError, ValueError):

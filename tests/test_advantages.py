@@ -15,8 +15,10 @@ def test_group_advantages_follow_trl_formulas():
     groups = ["a", "b", "a", "b", "c"]
     adv = group_advantages(rewards, groups, "group")
     # group a: mean .75, std(ddof=1) = .35355; group b: mean .5, std .70711; c alone: 0
-    assert adv == pytest.approx([0.25 / (0.353553 + 1e-4), -0.5 / (0.707107 + 1e-4), -0.25 / (0.353553 + 1e-4),
-                                 0.5 / (0.707107 + 1e-4), 0.0], rel=1e-5)
+    assert adv == pytest.approx(
+        [0.25 / (0.353553 + 1e-4), -0.5 / (0.707107 + 1e-4), -0.25 / (0.353553 + 1e-4), 0.5 / (0.707107 + 1e-4), 0.0],
+        rel=1e-5,
+    )
     none = group_advantages(rewards, groups, "none")
     assert none == pytest.approx([0.25, -0.5, -0.25, 0.5, 0.0])
     # "batch": centred only here; the generation batch's std divides it at collation (below)
@@ -36,7 +38,7 @@ def test_batch_scaling_uses_the_generation_batch_std_as_trl(processes):
     order = rng.permutation(12).tolist()
     batch = [rows[i] for i in order[:6]]  # one generation batch, spread over `processes`
     per = len(batch) // processes
-    shards = [batch[k * per:(k + 1) * per] for k in range(processes)]
+    shards = [batch[k * per : (k + 1) * per] for k in range(processes)]
 
     def gather(t):  # accelerator.gather over the processes' shards
         return torch.cat([torch.tensor([r["reward"] for r in shard], dtype=t.dtype) for shard in shards])
@@ -47,16 +49,18 @@ def test_batch_scaling_uses_the_generation_batch_std_as_trl(processes):
     expected = [(rewards[i] - group_mean[groups[i]]) / (np.std(batch_rewards, ddof=1) + 1e-4) for i in order[:6]]
     assert got == pytest.approx(expected, rel=1e-5)
     # the whole dataset's std (the old behaviour) differs: the batch std is what TRL divides by
-    assert not np.allclose(got, [(rewards[i] - group_mean[groups[i]]) / (np.std(rewards, ddof=1) + 1e-4)
-                                 for i in order[:6]], rtol=1e-3)
+    assert not np.allclose(
+        got, [(rewards[i] - group_mean[groups[i]]) / (np.std(rewards, ddof=1) + 1e-4) for i in order[:6]], rtol=1e-3
+    )
     # other settings read the stored advantage as is
     stored = torch.tensor([r["echo_advantage"] for r in batch], dtype=torch.float32)
     assert torch.equal(collated_advantages(batch, "group", gather)[0], stored)
 
 
 def test_a_generation_batch_of_equal_rewards_gets_zero_advantages_not_times_10000():
-    ds = with_advantages(Dataset.from_dict({"reward": [1.0, 0.0, 1.0, 1.0], "group_id": ["a", "a", "b", "c"]}),
-                         "batch", "train")
+    ds = with_advantages(
+        Dataset.from_dict({"reward": [1.0, 0.0, 1.0, 1.0], "group_id": ["a", "a", "b", "c"]}), "batch", "train"
+    )
     rows = ds.to_list()
     assert rows[0]["echo_advantage"] == 0.5  # centred by its dataset group
     adv, rewards = collated_advantages([rows[0], rows[2]], "batch", lambda t: t)  # both rewards 1.0: std 0

@@ -13,16 +13,28 @@ from echo_trl.roles import Role
 
 def openenv_episode(**overrides):
     ep = {
-        "scenario": "shop_1", "task": "Add a notebook to my cart.", "task_idx": 2,
+        "scenario": "shop_1",
+        "task": "Add a notebook to my cart.",
+        "task_idx": 2,
         "tools": ["search", "add_to_cart"],
         "steps": [
-            {"action": {"tool_name": "search", "arguments": {"q": "notebook"}},
-             "observation": {"tool_result": '{"items": [{"id": 7}]}', "warning": "3 steps left",
-                             "reward_type": "tool_call_ok", "done": False}},
-            {"action": {"tool_name": "add_to_cart", "arguments": {"id": "x"}},
-             "observation": {"error": "422: id must be an integer", "reward_type": "format_error"}},
-            {"action": {"tool_name": "verify", "arguments": {"verifier_mode": "code"}},
-             "observation": {"verify_result": {"result": "others"}, "reward_type": "others", "done": True}},
+            {
+                "action": {"tool_name": "search", "arguments": {"q": "notebook"}},
+                "observation": {
+                    "tool_result": '{"items": [{"id": 7}]}',
+                    "warning": "3 steps left",
+                    "reward_type": "tool_call_ok",
+                    "done": False,
+                },
+            },
+            {
+                "action": {"tool_name": "add_to_cart", "arguments": {"id": "x"}},
+                "observation": {"error": "422: id must be an integer", "reward_type": "format_error"},
+            },
+            {
+                "action": {"tool_name": "verify", "arguments": {"verifier_mode": "code"}},
+                "observation": {"verify_result": {"result": "others"}, "reward_type": "others", "done": True},
+            },
         ],
         "reward": 0.0,
     }
@@ -32,17 +44,48 @@ def openenv_episode(**overrides):
 
 def session_episode():
     return {
-        "scenario": "shop_1", "task": "Find item 7.", "task_idx": 0, "steps": 3,
+        "scenario": "shop_1",
+        "task": "Find item 7.",
+        "task_idx": 0,
+        "steps": 3,
         "trajectory": [
-            {"action": "list_tools", "result": {"tools": [
-                {"name": "get_item", "description": "Get an item.",
-                 "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}}}]}},
-            {"action": "call_tool", "tool_name": "get_item", "arguments": {"id": 7}, "success": True,
-             "result": {"id": 7, "title": "Notebook"}, "reward_type": "tool_call_ok", "reward": 0.0},
-            {"action": "call_tool", "tool_name": "get_item", "arguments": '{"id": 99}', "success": False,
-             "error": "404 not found", "reward_type": "tool_call_error"},
-            {"action": "verify", "tool_name": "verify", "arguments": {},
-             "verify_result": {"result": "complete"}, "reward_type": "complete", "reward": 1.0},
+            {
+                "action": "list_tools",
+                "result": {
+                    "tools": [
+                        {
+                            "name": "get_item",
+                            "description": "Get an item.",
+                            "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+                        }
+                    ]
+                },
+            },
+            {
+                "action": "call_tool",
+                "tool_name": "get_item",
+                "arguments": {"id": 7},
+                "success": True,
+                "result": {"id": 7, "title": "Notebook"},
+                "reward_type": "tool_call_ok",
+                "reward": 0.0,
+            },
+            {
+                "action": "call_tool",
+                "tool_name": "get_item",
+                "arguments": '{"id": 99}',
+                "success": False,
+                "error": "404 not found",
+                "reward_type": "tool_call_error",
+            },
+            {
+                "action": "verify",
+                "tool_name": "verify",
+                "arguments": {},
+                "verify_result": {"result": "complete"},
+                "reward_type": "complete",
+                "reward": 1.0,
+            },
         ],
     }
 
@@ -53,9 +96,11 @@ def test_openenv_shape_maps_each_field_to_its_role():
     assert t.prompt[1]["content"] == "Add a notebook to my cart."
     assert t.message_roles() == [Role.CONTEXT, Role.CONTEXT] + [Role.ACTION, Role.ENV_OUTPUT] * 3
     calls = [m["tool_calls"][0]["function"] for m in t.completion if m["role"] == "assistant"]
-    assert calls == [{"name": "search", "arguments": {"q": "notebook"}},
-                     {"name": "add_to_cart", "arguments": {"id": "x"}},
-                     {"name": "verify", "arguments": {"verifier_mode": "code"}}]
+    assert calls == [
+        {"name": "search", "arguments": {"q": "notebook"}},
+        {"name": "add_to_cart", "arguments": {"id": "x"}},
+        {"name": "verify", "arguments": {"verifier_mode": "code"}},
+    ]
     outputs = [m["content"] for m in t.completion if m["role"] == "tool"]
     assert outputs[0] == '{"items": [{"id": 7}]}'
     assert outputs[1] == "422: id must be an integer"
@@ -90,8 +135,10 @@ def test_tools_accept_names_mcp_objects_and_openai_schemas():
     mcp = {"name": "f", "description": "d", "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
     openai = {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {}}}}
     assert tool_schema("h")["function"]["name"] == "h"
-    assert tool_schema(mcp) == {"type": "function", "function": {
-        "name": "f", "description": "d", "parameters": mcp["inputSchema"]}}
+    assert tool_schema(mcp) == {
+        "type": "function",
+        "function": {"name": "f", "description": "d", "parameters": mcp["inputSchema"]},
+    }
     assert tool_schema(openai) is openai
 
 
@@ -101,31 +148,45 @@ def test_real_captured_episode(captured_episode):
     assert skipped == []
     assert t.scenario == "e_commerce_33" and t.task_idx == 0 and t.reward == raw["reward"]
     assert len(t.completion) == 2 * len(raw["steps"])
-    assert [m["content"] for m in t.completion if m["role"] == "tool"][:-1] == \
-        [s["observation"]["tool_result"] for s in raw["steps"][:-1]]
+    assert [m["content"] for m in t.completion if m["role"] == "tool"][:-1] == [
+        s["observation"]["tool_result"] for s in raw["steps"][:-1]
+    ]
     assert len(t.tools) == len(raw["tools"])
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda e: e["steps"][1]["action"].update(tool_name=None),
-     "steps[1].action.tool_name: expected a string, got null"),
-    (lambda e: e.pop("task"), "task: missing"),
-    (lambda e: e.update(steps=[]), "steps: episode has no tool calls"),
-    (lambda e: e["steps"][0].pop("observation"), "steps[0].observation: missing"),
-    (lambda e: e["steps"][0].pop("action"), "steps[0].action: missing"),
-    (lambda e: e["steps"][2]["observation"].pop("verify_result"),
-     "steps[2].observation: expected one of tool_result, error, verify_result"),
-    (lambda e: e["steps"][0]["action"].update(arguments=[1]),
-     "steps[0].action.arguments: expected an object of tool arguments, got a list"),
-    (lambda e: e["steps"][0]["action"].update(arguments="{not json"),
-     "steps[0].action.arguments: arguments string is not valid JSON"),
-    (lambda e: e.update(reward="high"), "reward: expected a number, got a string"),
-    (lambda e: e.update(task_idx="0"), "task_idx: expected an integer, got a string"),
-    (lambda e: e.update(tools=[{"description": "no name"}]), "tools[0].name: missing"),
-    (lambda e: e["steps"][0]["observation"].update(warning=[1]),
-     "steps[0].observation.warning[0]: expected a string, got an integer"),
-    (lambda e: e.update(behavior_logprobs=[0.1, None]), "behavior_logprobs[1]: expected a number, got null"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda e: e["steps"][1]["action"].update(tool_name=None),
+            "steps[1].action.tool_name: expected a string, got null",
+        ),
+        (lambda e: e.pop("task"), "task: missing"),
+        (lambda e: e.update(steps=[]), "steps: episode has no tool calls"),
+        (lambda e: e["steps"][0].pop("observation"), "steps[0].observation: missing"),
+        (lambda e: e["steps"][0].pop("action"), "steps[0].action: missing"),
+        (
+            lambda e: e["steps"][2]["observation"].pop("verify_result"),
+            "steps[2].observation: expected one of tool_result, error, verify_result",
+        ),
+        (
+            lambda e: e["steps"][0]["action"].update(arguments=[1]),
+            "steps[0].action.arguments: expected an object of tool arguments, got a list",
+        ),
+        (
+            lambda e: e["steps"][0]["action"].update(arguments="{not json"),
+            "steps[0].action.arguments: arguments string is not valid JSON",
+        ),
+        (lambda e: e.update(reward="high"), "reward: expected a number, got a string"),
+        (lambda e: e.update(task_idx="0"), "task_idx: expected an integer, got a string"),
+        (lambda e: e.update(tools=[{"description": "no name"}]), "tools[0].name: missing"),
+        (
+            lambda e: e["steps"][0]["observation"].update(warning=[1]),
+            "steps[0].observation.warning[0]: expected a string, got an integer",
+        ),
+        (lambda e: e.update(behavior_logprobs=[0.1, None]), "behavior_logprobs[1]: expected a number, got null"),
+    ],
+)
 def test_each_malformed_field_gets_a_named_error(mutate, message):
     ep = openenv_episode()
     mutate(ep)
@@ -143,8 +204,14 @@ def test_unknown_session_action_is_named():
 
 def test_lenient_loading_keeps_valid_records_and_reports_bad_lines(tmp_path):
     good = json.dumps(openenv_episode())
-    lines = [good, "{not json", json.dumps(openenv_episode(reward=None, task_idx=None)),
-             '{"scenario": "a", "scenario": "b"}', good.replace('"reward": 0.0', '"reward": NaN'), good]
+    lines = [
+        good,
+        "{not json",
+        json.dumps(openenv_episode(reward=None, task_idx=None)),
+        '{"scenario": "a", "scenario": "b"}',
+        good.replace('"reward": 0.0', '"reward": NaN'),
+        good,
+    ]
     path = tmp_path / "episodes.jsonl"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(EpisodeError, match=r"episodes.jsonl:2: invalid JSON"):
@@ -204,12 +271,15 @@ def test_bad_episode_lenient_keeps_the_valid_episode_beside_it(name):
     assert CASES[name] in skipped[0].reason
 
 
-@pytest.mark.parametrize("output", [
-    "x" * 2_000_000,  # huge
-    "\x00\x01\x7f binary-ish \ufffd \x1b[31m",  # control characters and escapes
-    json.loads("[" * 200 + "]" * 200),  # deeply nested (but parseable) structure
-    {"ü": "日本語", "emoji": "🙂"},
-])
+@pytest.mark.parametrize(
+    "output",
+    [
+        "x" * 2_000_000,  # huge
+        "\x00\x01\x7f binary-ish \ufffd \x1b[31m",  # control characters and escapes
+        json.loads("[" * 200 + "]" * 200),  # deeply nested (but parseable) structure
+        {"ü": "日本語", "emoji": "🙂"},
+    ],
+)
 def test_weird_but_valid_outputs_are_kept_verbatim(output):
     ep = openenv_episode()
     ep["steps"][0]["observation"]["tool_result"] = output
@@ -219,8 +289,11 @@ def test_weird_but_valid_outputs_are_kept_verbatim(output):
 
 
 def test_compact_tools_drop_only_the_response_documentation():
-    described = {"name": "get", "description": "Get a book\n\nBy id.\n\n### Responses:\n\n**200**: ok\n```json\n{}\n```",
-                 "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}}}
+    described = {
+        "name": "get",
+        "description": "Get a book\n\nBy id.\n\n### Responses:\n\n**200**: ok\n```json\n{}\n```",
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
     ep = openenv_episode(tools=[described, "plain"])
     full = awm_episode_to_trajectory(ep).tools
     compact = awm_episode_to_trajectory(ep, compact_tools=True).tools

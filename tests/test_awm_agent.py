@@ -36,8 +36,10 @@ def test_system_prompt_is_the_official_one_byte_for_byte():
     assert A.SYSTEM_PROMPT.startswith("        # MCP Toolss\n\n")  # its own indentation and typo
 
 
-@pytest.mark.parametrize("tools, expected", [("library_1.tools.json", "list_tools.library_1.txt"),
-                                             ("edge_tools.json", "list_tools.edge_tools.txt")])
+@pytest.mark.parametrize(
+    "tools, expected",
+    [("library_1.tools.json", "list_tools.library_1.txt"), ("edge_tools.json", "list_tools.edge_tools.txt")],
+)
 def test_list_tools_reply_is_the_official_one(tools, expected):
     assert A.list_tools_reply(_tools(tools)) == _read(expected)
 
@@ -64,13 +66,16 @@ def test_next_action_dispatches_like_the_official_loop():
     assert A.next_action("All done: 3 loans.") == A.AgentAction("final")
     assert A.next_action("<tool_call>not json</tool_call>").kind == "final"  # unreadable call = the answer
     assert A.next_action('<tool_call>{"name": "list_tools", "arguments": null}</tool_call>').kind == "list_tools"
-    act = A.next_action('<tool_call>{"name": "mcp_tool_get_user", "arguments": {"id": 1}}</tool_call>\n'
-                        '<tool_call>{"name": "list_tools"}</tool_call>')
+    act = A.next_action(
+        '<tool_call>{"name": "mcp_tool_get_user", "arguments": {"id": 1}}</tool_call>\n'
+        '<tool_call>{"name": "list_tools"}</tool_call>'
+    )
     assert (act.kind, act.tool_name, act.arguments, act.ignored) == ("call_tool", "get_user", {"id": 1}, 1)
     act = A.next_action('<tool_call>{"name": "weather", "arguments": {}}</tool_call>')
     assert (act.kind, act.name) == ("unknown", "weather")
     assert A.unknown_tool_text(act.name) == (
-        "Error: Unknown tool 'weather'. Only 'list_tools' and 'call_tool' are available.")
+        "Error: Unknown tool 'weather'. Only 'list_tools' and 'call_tool' are available."
+    )
     # structured calls (a chat template's parser): arguments as an object or a JSON string
     assert A.action_for_call("call_tool", {"tool_name": "mcp_tool_a", "arguments": '{"x": 1}'}).arguments == {"x": 1}
     assert A.action_for_call("call_tool", '{"tool_name": "b"}').tool_name == "b"
@@ -111,8 +116,11 @@ def test_meta_tool_schemas_say_what_the_system_prompt_says():
     assert call["required"] == ["tool_name", "arguments"]
     assert {p["type"] for p in call["properties"].values()} == {"string"}
     prompt = _read("system_prompt.txt")
-    texts = [schemas[0]["function"]["description"], schemas[1]["function"]["description"],
-             *(p["description"] for p in call["properties"].values())]
+    texts = [
+        schemas[0]["function"]["description"],
+        schemas[1]["function"]["description"],
+        *(p["description"] for p in call["properties"].values()),
+    ]
     assert all(t in prompt for t in texts)
     schemas[0]["function"]["name"] = "changed"
     assert A.meta_tool_schemas()[0]["function"]["name"] == "list_tools"  # a fresh copy each call
@@ -121,15 +129,24 @@ def test_meta_tool_schemas_say_what_the_system_prompt_says():
 def _episode(**overrides):
     tools = _tools("library_1.tools.json")
     ep = {
-        "scenario": "library_1", "task": "Check out a copy for member 3.", "task_idx": 0, "tools": tools,
+        "scenario": "library_1",
+        "task": "Check out a copy for member 3.",
+        "task_idx": 0,
+        "tools": tools,
         "reward": 1.0,
         "steps": [
-            {"action": {"tool_name": "search_catalog", "arguments": {"query": "Hail Mary"}},
-             "observation": {"tool_result": '{"books": []}', "warning": "7 steps left"}},
-            {"action": {"tool_name": "checkout_copy", "arguments": {"barcode": 5}},
-             "observation": {"error": "422: barcode must be a string"}},
-            {"action": {"tool_name": "verify", "arguments": {"verifier_mode": "code", "final_answer": "Done."}},
-             "observation": {"verify_result": {"result": "complete", "raw_result": {"answer": "secret"}}}},
+            {
+                "action": {"tool_name": "search_catalog", "arguments": {"query": "Hail Mary"}},
+                "observation": {"tool_result": '{"books": []}', "warning": "7 steps left"},
+            },
+            {
+                "action": {"tool_name": "checkout_copy", "arguments": {"barcode": 5}},
+                "observation": {"error": "422: barcode must be a string"},
+            },
+            {
+                "action": {"tool_name": "verify", "arguments": {"verifier_mode": "code", "final_answer": "Done."}},
+                "observation": {"verify_result": {"result": "complete", "raw_result": {"answer": "secret"}}},
+            },
         ],
     }
     ep.update(overrides)
@@ -138,15 +155,18 @@ def _episode(**overrides):
 
 def test_recorded_episode_becomes_the_official_conversation():
     t = awm_episode_to_trajectory(_episode(), format="awm-agent")
-    assert t.prompt == [{"role": "system", "content": _read("system_prompt.txt")},
-                        {"role": "user", "content": "Check out a copy for member 3."}]
+    assert t.prompt == [
+        {"role": "system", "content": _read("system_prompt.txt")},
+        {"role": "user", "content": "Check out a copy for member 3."},
+    ]
     assert [m["role"] for m in t.completion] == ["assistant", "tool"] * 3 + ["assistant"]
     assert t.message_roles() == [Role.CONTEXT] * 2 + [Role.ACTION, Role.ENV_OUTPUT] * 3 + [Role.ACTION]
     assert t.completion[0]["tool_calls"][0]["function"] == {"name": "list_tools", "arguments": {}}
     assert t.completion[1]["content"] == _read("list_tools.library_1.txt")
     assert t.completion[2]["tool_calls"][0]["function"] == {
-        "name": "call_tool", "arguments": {"tool_name": "mcp_tool_search_catalog",
-                                           "arguments": '{"query": "Hail Mary"}'}}
+        "name": "call_tool",
+        "arguments": {"tool_name": "mcp_tool_search_catalog", "arguments": '{"query": "Hail Mary"}'},
+    }
     assert t.completion[3]["content"] == '{"books": []}'
     assert t.completion[5]["content"] == "Error: 422: barcode must be a string"
     assert t.completion[6] == {"role": "assistant", "content": "Done."}
@@ -171,10 +191,16 @@ def test_without_a_final_answer_the_conversation_ends_with_the_last_reply():
 
 def test_trajectory_json_shape_uses_the_listed_tools():
     listed = _tools("edge_tools.json")
-    ep = {"scenario": "s", "task": "t", "task_idx": 1, "trajectory": [
-        {"action": "list_tools", "result": listed},
-        {"action": "call_tool", "tool_name": "no_schema", "arguments": "{}", "success": False, "error": "boom"},
-        {"action": "verify", "verify_result": {"result": "others"}, "reward_type": "others", "reward": 0.0}]}
+    ep = {
+        "scenario": "s",
+        "task": "t",
+        "task_idx": 1,
+        "trajectory": [
+            {"action": "list_tools", "result": listed},
+            {"action": "call_tool", "tool_name": "no_schema", "arguments": "{}", "success": False, "error": "boom"},
+            {"action": "verify", "verify_result": {"result": "others"}, "reward_type": "others", "reward": 0.0},
+        ],
+    }
     t = awm_episode_to_trajectory(ep, format="awm-agent")
     assert t.completion[1]["content"] == _read("list_tools.edge_tools.txt")
     assert t.completion[3]["content"] == "Error: boom" and len(t.completion) == 4
@@ -182,8 +208,9 @@ def test_trajectory_json_shape_uses_the_listed_tools():
 
 def test_tools_the_listing_cannot_show_are_named_errors():
     with pytest.raises(EpisodeError, match=r"ep.json:3: tools\[1\]: a tool name only"):
-        awm_episode_to_trajectory(_episode(tools=[{"name": "a"}, "b"]), format="awm-agent",
-                                  source="ep.json", record="3")
+        awm_episode_to_trajectory(
+            _episode(tools=[{"name": "a"}, "b"]), format="awm-agent", source="ep.json", record="3"
+        )
     with pytest.raises(EpisodeError, match=r"tools: missing"):
         awm_episode_to_trajectory(_episode(tools=None), format="awm-agent")
     with pytest.raises(EpisodeError, match=r"tools\[0\].name: expected a string"):
@@ -216,14 +243,40 @@ def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_pa
     from echo_trl.data.dataset import load_echo_dataset
 
     replay = tmp_path / "replay.jsonl"
-    replay.write_text(json.dumps({"task_idx": 0, "calls": [
-        {"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
-        {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": "one"}}],
-        "final_answer": "Subscribed."}) + "\n")
-    assert cli(["capture", "--data", str(awm1k_samples), "--scenario", "content_platform_1", "--task-idx", "0",
-                "--policy", f"replay:{replay}", "--output", str(tmp_path / "eps")]) == 0
-    assert cli(["build-dataset", str(tmp_path / "eps"), "--output", str(tmp_path / "ds"),
-                "--format", "awm-agent"]) == 0
+    replay.write_text(
+        json.dumps(
+            {
+                "task_idx": 0,
+                "calls": [
+                    {"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
+                    {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": "one"}},
+                ],
+                "final_answer": "Subscribed.",
+            }
+        )
+        + "\n"
+    )
+    assert (
+        cli(
+            [
+                "capture",
+                "--data",
+                str(awm1k_samples),
+                "--scenario",
+                "content_platform_1",
+                "--task-idx",
+                "0",
+                "--policy",
+                f"replay:{replay}",
+                "--output",
+                str(tmp_path / "eps"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli(["build-dataset", str(tmp_path / "eps"), "--output", str(tmp_path / "ds"), "--format", "awm-agent"]) == 0
+    )
     (row,) = load_echo_dataset(tmp_path / "ds").to_list()
     assert row["format"] == "awm-agent"
     assert row["prompt"][0]["content"] == _read("system_prompt.txt")
@@ -231,7 +284,9 @@ def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_pa
     assert _read("list_tools.content_platform_1.txt").startswith("Available MCP Tools (34 tools):")
     call = row["completion"][2]["tool_calls"][0]["function"]
     assert call["name"] == "call_tool" and json.loads(call["arguments"]) == {
-        "tool_name": "mcp_tool_search_channels", "arguments": '{"query": "Kurzgesagt"}'}
+        "tool_name": "mcp_tool_search_channels",
+        "arguments": '{"query": "Kurzgesagt"}',
+    }
     rec = json.loads((tmp_path / "eps" / "content_platform_1_task0.jsonl").read_text().splitlines()[0])
     assert row["completion"][3]["content"] == rec["steps"][0]["observation"]["tool_result"]
     error = rec["steps"][1]["observation"]["error"]  # a wrong-type argument: the server's validation error
@@ -242,10 +297,15 @@ def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_pa
 
 def test_custom_system_prompt_and_steps_after_the_verifier():
     ep = _episode()
-    ep["steps"].append({"action": {"tool_name": "search_catalog", "arguments": {}},
-                        "observation": {"error": "the episode has ended; start a new episode"}})
-    t = awm_episode_to_trajectory(ep, format="awm-agent", system_prompt="Desk of {scenario} {not a field}",
-                                  verify_turn="env_output")
+    ep["steps"].append(
+        {
+            "action": {"tool_name": "search_catalog", "arguments": {}},
+            "observation": {"error": "the episode has ended; start a new episode"},
+        }
+    )
+    t = awm_episode_to_trajectory(
+        ep, format="awm-agent", system_prompt="Desk of {scenario} {not a field}", verify_turn="env_output"
+    )
     assert t.prompt[0]["content"] == "Desk of library_1 {not a field}"  # braces are text
     roles = [m["role"] for m in t.completion]
     assert roles[6:] == ["assistant", "tool", "assistant", "tool"]  # answer + verifier where they happened
@@ -254,13 +314,17 @@ def test_custom_system_prompt_and_steps_after_the_verifier():
 
 
 _text = st.text().filter(lambda t: "</tool_call>" not in t)  # the official block regex cannot hold it
-_json_values = st.recursive(st.none() | st.booleans() | st.integers() | _text,
-                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-                            max_leaves=8)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
 
 
-@given(name=st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
-       arguments=st.dictionaries(_text, _json_values, max_size=4))
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True),
+    arguments=st.dictionaries(_text, _json_values, max_size=4),
+)
 def test_any_call_the_format_writes_parses_back(name, arguments):
     message = A.call_tool_message(name, arguments)
     call = message["tool_calls"][0]["function"]

@@ -15,14 +15,14 @@ import pytest
 import torch
 from test_trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_model, trajectory
 
-from echo_trl.train import trl_compat
-from echo_trl.train.behavior import model_fingerprint
-from echo_trl.train.collator import INITIAL_LOGPS
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
 from echo_trl.tokens.cache import ROLES
+from echo_trl.train import trl_compat
+from echo_trl.train.behavior import model_fingerprint
+from echo_trl.train.collator import INITIAL_LOGPS
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -33,8 +33,9 @@ def action_of(inputs) -> torch.Tensor:
 
 @pytest.mark.parametrize("share, temperature", [(True, 1.0), (False, 1.0), (True, 0.7)])
 def test_initial_logprobs_are_the_starting_models_own(tmp_path, share, temperature):
-    trainer = make_trainer(tmp_path / "run", dataset(4), behavior_policy="initial", prefix_sharing=share,
-                           temperature=temperature)
+    trainer = make_trainer(
+        tmp_path / "run", dataset(4), behavior_policy="initial", prefix_sharing=share, temperature=temperature
+    )
     assert INITIAL_LOGPS in trainer.train_dataset.column_names
     inputs = batch(trainer)
     action = action_of(inputs)
@@ -49,8 +50,14 @@ def test_initial_logprobs_are_the_starting_models_own(tmp_path, share, temperatu
 def test_initial_ratio_departs_and_clipping_engages_where_current_stays_at_one(tmp_path):
     runs = {}
     for policy in ("initial", "current"):
-        trainer = make_trainer(tmp_path / policy, dataset(8), behavior_policy=policy, max_steps=10,
-                               learning_rate=5e-2, world_model_coeff=0.0)
+        trainer = make_trainer(
+            tmp_path / policy,
+            dataset(8),
+            behavior_policy=policy,
+            max_steps=10,
+            learning_rate=5e-2,
+            world_model_coeff=0.0,
+        )
         trainer.train()
         clip = [h["clip_ratio/region_mean"] for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
         inputs = batch(trainer)
@@ -71,8 +78,10 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
     probe = make_trainer(tmp_path / "probe", dataset(4), behavior_policy="current")
     n_action = [sum(r == Role.ACTION.code for r in roles) for roles in probe.train_dataset[ROLES]]
     recorded = {0: [-1.0 - k / 100 for k in range(n_action[0])], 1: [-2.0] * n_action[1]}
-    rows = [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1), behavior=recorded.get(i))
-            for i in range(4)]
+    rows = [
+        trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1), behavior=recorded.get(i))
+        for i in range(4)
+    ]
     model = tiny_model()
     calls, handle = count_forwards(model)
     trainer = make_trainer(tmp_path / "mixed", trajectories_to_dataset(rows), model=model, behavior_policy="initial")
@@ -92,8 +101,13 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
 
     everything = [trajectory(i, [1.0, 0.0][i], "g0", behavior=recorded[i]) for i in range(2)]
     calls, handle = count_forwards(model)
-    full = make_trainer(tmp_path / "full", trajectories_to_dataset(everything), model=model, behavior_policy="initial",
-                        per_device_train_batch_size=2)
+    full = make_trainer(
+        tmp_path / "full",
+        trajectories_to_dataset(everything),
+        model=model,
+        behavior_policy="initial",
+        per_device_train_batch_size=2,
+    )
     handle.remove()
     assert calls == [] and INITIAL_LOGPS not in full.train_dataset.column_names
 
@@ -101,8 +115,12 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
 def test_computed_once_per_dataset_weights_and_settings(tmp_path):
     ds = dataset(4)
     runs = []
-    for name, seed, kw in (("a", 0, {}), ("again", 0, {}), ("other_weights", 1, {}),
-                           ("other_truncation", 0, {"max_completion_length": 60})):
+    for name, seed, kw in (
+        ("a", 0, {}),
+        ("again", 0, {}),
+        ("other_weights", 1, {}),
+        ("other_truncation", 0, {"max_completion_length": 60}),
+    ):
         model = tiny_model(seed)
         calls, handle = count_forwards(model)
         trainer = make_trainer(tmp_path / name, ds, model=model, behavior_policy="initial", **kw)

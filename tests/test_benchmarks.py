@@ -45,11 +45,32 @@ def last_json_line(capsys) -> dict:
 def test_echo_overhead(capsys, tmp_path):
     import echo_overhead
 
-    out = echo_overhead.main(["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1",
-                              "--max_completion_length", "32", "--no_tool_schemas", "--output", str(tmp_path / "r.json")])
+    out = echo_overhead.main(
+        [
+            "--quick",
+            "--json",
+            "--repeats",
+            "1",
+            "--hidden_size",
+            "32",
+            "--num_layers",
+            "1",
+            "--max_completion_length",
+            "32",
+            "--no_tool_schemas",
+            "--output",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert last_json_line(capsys) == json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(out))
-    for key in ("time_ratio", "memory_ratio", "time_ratio_of_medians", "median_step_seconds", "median_peak_mb",
-                "memory_method"):
+    for key in (
+        "time_ratio",
+        "memory_ratio",
+        "time_ratio_of_medians",
+        "median_step_seconds",
+        "median_peak_mb",
+        "memory_method",
+    ):
         assert key in out
     assert positive_finite(out["time_ratio"]) and memory_ratio_ok(out["memory_ratio"])
     assert all(math.isfinite(mb) and mb >= 0 for mb in out["median_peak_mb"].values())
@@ -58,8 +79,21 @@ def test_echo_overhead(capsys, tmp_path):
 def test_vs_sft(capsys):
     import vs_sft
 
-    out = vs_sft.main(["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1",
-                       "--max_completion_length", "32", "--no_tool_schemas"])
+    out = vs_sft.main(
+        [
+            "--quick",
+            "--json",
+            "--repeats",
+            "1",
+            "--hidden_size",
+            "32",
+            "--num_layers",
+            "1",
+            "--max_completion_length",
+            "32",
+            "--no_tool_schemas",
+        ]
+    )
     assert last_json_line(capsys)["benchmark"] == "vs_sft"
     assert positive_finite(out["time_ratio"]) and memory_ratio_ok(out["memory_ratio"])
     assert all(math.isfinite(mb) and mb >= 0 for mb in out["median_peak_mb"].values())
@@ -71,9 +105,25 @@ def test_vs_full_logits():
     resident set (in-process, after other tests, glibc reuses freed blocks and small peaks read as 0)."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(BENCH / "vs_full_logits.py"), "--quick", "--json", "--lengths", "128",
-                           "256", "--vocab_size", "32768", "--repeats", "1"], capture_output=True, text=True,
-                          timeout=300, check=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "vs_full_logits.py"),
+            "--quick",
+            "--json",
+            "--lengths",
+            "128",
+            "256",
+            "--vocab_size",
+            "32768",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["benchmark"] == "vs_full_logits" and out["at_length"] == 256
     for T in ("128", "256"):
@@ -96,10 +146,33 @@ def test_prefix_sharing():
     """In a subprocess (pinned glibc mmap threshold, as vs_full_logits): tiny shapes, every key, exact log-probs."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(BENCH / "prefix_sharing.py"), "--quick", "--json", "--groups", "3",
-                           "--preambles", "96", "--completion_range", "8", "24", "--hidden_size", "32",
-                           "--num_layers", "1", "--vocab_size", "256", "--repeats", "1"],
-                          capture_output=True, text=True, timeout=300, check=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "prefix_sharing.py"),
+            "--quick",
+            "--json",
+            "--groups",
+            "3",
+            "--preambles",
+            "96",
+            "--completion_range",
+            "8",
+            "24",
+            "--hidden_size",
+            "32",
+            "--num_layers",
+            "1",
+            "--vocab_size",
+            "256",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     r = out["per_shape"]["G3_P96"]
     assert out["benchmark"] == "prefix_sharing" and set(r["seconds"]) == {"unshared", "packed", "shared"}

@@ -11,6 +11,7 @@ from conftest import tiny_tokenizer
 from test_awm import openenv_episode
 from test_trainer import dataset, tiny_model
 
+from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.awm import awm_episode_to_trajectory
 from echo_trl.data.cards import (
     ECHO_CITATION,
@@ -20,7 +21,6 @@ from echo_trl.data.cards import (
     final_metrics,
     plural,
 )
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.trainer import EchoGRPOTrainer
 
@@ -31,14 +31,36 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_path):
     out = tmp_path / "my-echo-model"
-    args = EchoGRPOConfig(output_dir=str(out), per_device_train_batch_size=2, num_generations=2, max_steps=2,
-                          use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-                          max_completion_length=1024, gradient_checkpointing=False, disable_tqdm=True,
-                          world_model_coeff=0.07, world_model_coeff_schedule="linear_decay", world_model_coeff_end=0.01,
-                          world_loss_normalization="token", world_loss_target="observation",
-                          eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2, behavior_policy="current")
-    trainer = EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), eval_dataset=dataset(2),
-                              processing_class=tiny_tokenizer("qwen3"))
+    args = EchoGRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=1024,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        world_model_coeff=0.07,
+        world_model_coeff_schedule="linear_decay",
+        world_model_coeff_end=0.01,
+        world_loss_normalization="token",
+        world_loss_target="observation",
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=2,
+        behavior_policy="current",
+    )
+    trainer = EchoGRPOTrainer(
+        tiny_model(),
+        args=args,
+        train_dataset=dataset(4),
+        eval_dataset=dataset(2),
+        processing_class=tiny_tokenizer("qwen3"),
+    )
     trainer.train()
     trainer.save_model()
     card = (out / "README.md").read_text()
@@ -71,19 +93,39 @@ def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_pat
 
 
 def test_save_model_elsewhere_writes_no_card(tmp_path):
-    args = EchoGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-                          max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                          gradient_checkpointing=False, disable_tqdm=True)
-    trainer = EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(2),
-                              processing_class=tiny_tokenizer("qwen3"))
+    args = EchoGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+    )
+    trainer = EchoGRPOTrainer(
+        tiny_model(), args=args, train_dataset=dataset(2), processing_class=tiny_tokenizer("qwen3")
+    )
     trainer.save_model(str(tmp_path / "copy"))
     assert (tmp_path / "copy" / "model.safetensors").exists() and not (tmp_path / "copy" / "README.md").exists()
 
 
 def _args(tmp_path, **kw):
-    return EchoGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-                          max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                          gradient_checkpointing=False, disable_tqdm=True, **kw)
+    return EchoGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        **kw,
+    )
 
 
 def test_card_names_a_local_base_model_and_links_only_hub_names(tmp_path):
@@ -105,8 +147,11 @@ def test_card_names_a_local_base_model_and_links_only_hub_names(tmp_path):
 
 def test_final_metrics_skip_missing_and_non_finite_values(tmp_path):
     # TRL logs reward None when every reward function returned None; a NaN can be logged too
-    history = [{"step": 1, "reward": 0.5, "world/ce_env": 3.0}, {"step": 2, "reward": None, "world/ce_env": math.nan},
-               {"step": 3, "world/ce_env": float("inf"), "world/coeff": 0.05}]
+    history = [
+        {"step": 1, "reward": 0.5, "world/ce_env": 3.0},
+        {"step": 2, "reward": None, "world/ce_env": math.nan},
+        {"step": 3, "world/ce_env": float("inf"), "world/coeff": 0.05},
+    ]
     assert final_metrics(history) == {"world/ce_env": (1, 3.0), "world/coeff": (3, 0.05), "reward": (1, 0.5)}
     section = echo_card_section(_args(tmp_path), history)
     assert "| `reward` | 0.5 | 1 |" in section and "nan" not in section.lower() and "inf |" not in section
@@ -127,5 +172,5 @@ def test_one_echo_citation_everywhere():
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         text = doc.read_text(encoding="utf-8")
         for start in (m.start() for m in re.finditer(r"@article\{echo2026", text)):
-            assert text[start:start + len(ECHO_CITATION)] == ECHO_CITATION, doc
+            assert text[start : start + len(ECHO_CITATION)] == ECHO_CITATION, doc
     assert ECHO_CITATION in (REPO / "README.md").read_text(encoding="utf-8")

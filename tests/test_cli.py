@@ -15,8 +15,13 @@ from echo_trl.commands.cli import COMMANDS, main
 
 
 def run_cli(*args, cwd=None, prefix=()):
-    return subprocess.run([*prefix, sys.executable, "-m", "echo_trl.commands.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"})
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "echo_trl.commands.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "ECHO_TRL_PROGRESS": "0"},
+    )
 
 
 def test_help_lists_every_command(capsys):
@@ -30,8 +35,9 @@ def test_build_dataset_lenient_then_stats_json(tmp_path):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     eps = tmp_path / "eps.jsonl"
-    eps.write_text("\n".join([json.dumps(openenv_episode()), '{"scenario": 1}',
-                              json.dumps(openenv_episode(task_idx=3))]) + "\n")
+    eps.write_text(
+        "\n".join([json.dumps(openenv_episode()), '{"scenario": 1}', json.dumps(openenv_episode(task_idx=3))]) + "\n"
+    )
     strict = run_cli("build-dataset", eps, "--output", tmp_path / "ds")
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert "eps.jsonl:2: scenario: expected a string, got an integer" in strict.stderr
@@ -62,8 +68,17 @@ def test_missing_tokenizer_is_a_clean_error(tmp_path):
 def _capture_args(tmp_path, output):
     replay = tmp_path / "replay.jsonl"
     replay.write_text(json.dumps({"task_idx": 0, "calls": []}) + "\n")
-    return ["capture", "--data", str(require_shared(AWM1K_SAMPLES)), "--scenario", "content_platform_1",
-            "--policy", f"replay:{replay}", "--output", str(output)]
+    return [
+        "capture",
+        "--data",
+        str(require_shared(AWM1K_SAMPLES)),
+        "--scenario",
+        "content_platform_1",
+        "--policy",
+        f"replay:{replay}",
+        "--output",
+        str(output),
+    ]
 
 
 def test_unusable_output_is_one_line_exit_2_for_build_and_capture(tmp_path, capsys):
@@ -71,8 +86,10 @@ def test_unusable_output_is_one_line_exit_2_for_build_and_capture(tmp_path, caps
     eps.write_text(json.dumps(openenv_episode()))
     afile = tmp_path / "afile"
     afile.write_text("keep")
-    for output, message in [(afile, f"--output {afile}: is a file, not a directory"),
-                            (afile / "ds", f"--output {afile / 'ds'}: is under {afile}, which is not a directory")]:
+    for output, message in [
+        (afile, f"--output {afile}: is a file, not a directory"),
+        (afile / "ds", f"--output {afile / 'ds'}: is under {afile}, which is not a directory"),
+    ]:
         for args in (["build-dataset", str(eps), "--output", str(output)], _capture_args(tmp_path, output)):
             assert main(args) == 2
             err = capsys.readouterr().err
@@ -92,10 +109,14 @@ def test_read_only_output_is_one_line_exit_2_for_build_and_capture(tmp_path):
         capture = run_cli(*_capture_args(tmp_path, ro / "cap"), prefix=prefix)
     finally:
         ro.chmod(0o755)
-    assert (build.returncode, build.stderr) == (2, f"echo-trl build-dataset: error: --output {ro / 'ds'}: "
-                                                   f"cannot write in {ro} (Permission denied)\n")
-    assert (capture.returncode, capture.stderr) == (2, f"echo-trl capture: error: --output {ro / 'cap'}: "
-                                                       "cannot create it (Permission denied)\n")
+    assert (build.returncode, build.stderr) == (
+        2,
+        f"echo-trl build-dataset: error: --output {ro / 'ds'}: cannot write in {ro} (Permission denied)\n",
+    )
+    assert (capture.returncode, capture.stderr) == (
+        2,
+        f"echo-trl capture: error: --output {ro / 'cap'}: cannot create it (Permission denied)\n",
+    )
     assert list(ro.iterdir()) == []
 
 
@@ -112,7 +133,8 @@ def test_inputs_lost_silently_before_are_named(tmp_path):
     finally:
         (root / "locked").chmod(0o755)
     assert strict.returncode == 2 and strict.stderr == (
-        f"echo-trl build-dataset: error: {root / 'locked'}: cannot read directory: Permission denied\n")
+        f"echo-trl build-dataset: error: {root / 'locked'}: cannot read directory: Permission denied\n"
+    )
     assert lenient.returncode == 0 and "built 1 episode from" in lenient.stdout
     assert f"{root / 'locked'}: cannot read directory: Permission denied" in lenient.stderr
     (tmp_path / "empty").mkdir()
@@ -131,16 +153,32 @@ def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
     episodes = Path(__file__).resolve().parents[1] / "data" / "episodes" / "library_1_task0.jsonl"
     assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent"), "--format", "awm-agent"]) == 0
     assert "format awm-agent" in capsys.readouterr().out
-    assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent_v"), "--format", "awm-agent",
-                 "--verify-turn", "env_output"]) == 0
+    assert (
+        main(
+            [
+                "build-dataset",
+                str(episodes),
+                "--output",
+                str(tmp_path / "agent_v"),
+                "--format",
+                "awm-agent",
+                "--verify-turn",
+                "env_output",
+            ]
+        )
+        == 0
+    )
     assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "plain")]) == 0
     agent, agent_v, plain = (load_echo_dataset(tmp_path / n) for n in ("agent", "agent_v", "plain"))
     assert set(agent["format"]) == {"awm-agent"} and set(plain["format"]) == {"chat-template"}
-    verified = [any(s["action"]["tool_name"] == "verify" for s in json.loads(line)["steps"])
-                for line in episodes.read_text().splitlines()]
+    verified = [
+        any(s["action"]["tool_name"] == "verify" for s in json.loads(line)["steps"])
+        for line in episodes.read_text().splitlines()
+    ]
     assert 0 < sum(verified) < len(verified)  # the file has both kinds
     assert [len(r["completion"]) + v for r, v in zip(agent, verified, strict=True)] == [
-        len(r["completion"]) for r in agent_v]
+        len(r["completion"]) for r in agent_v
+    ]
     assert [r["completion"][-1]["name"] == "verify" for r in agent_v] == verified
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
@@ -166,8 +204,12 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
     import os
 
     for argv in (["--help"], ["stats", "--help"]):
-        proc = subprocess.Popen([sys.executable, "-m", "echo_trl.commands.cli", *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echo_trl.commands.cli", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         proc.stdout.close()  # the reader is gone before anything is written
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
@@ -199,8 +241,24 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
     ns = bp.parse_args(["eps", "--output", "o", "--skip_invalid", "--compact-tools", "--push_to_hub", "me/x"])
     assert ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
     cp = capture.build_parser()
-    ns = cp.parse_args(["--data", "d", "--scenario", "s", "--policy", "p", "--output", "o", "--task_idx", "1",
-                        "--task-idx", "2", "--max_steps", "3"])
+    ns = cp.parse_args(
+        [
+            "--data",
+            "d",
+            "--scenario",
+            "s",
+            "--policy",
+            "p",
+            "--output",
+            "o",
+            "--task_idx",
+            "1",
+            "--task-idx",
+            "2",
+            "--max_steps",
+            "3",
+        ]
+    )
     assert ns.task_idx == [1, 2] and ns.max_steps == 3
     with pytest.raises(SystemExit):
         bp.parse_args(["eps", "--output", "o", "--skip"])
@@ -257,14 +315,32 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
     eps = tmp_path / "e.json"
     eps.write_text(json.dumps(openenv_episode()))
-    cases = [(["stats", tmp_path / "no_ds", "--tokenizer", tmp_path / "tok"], f"dataset {tmp_path / 'no_ds'}"),
-             (["stats", eps, "--tokenizer", "./no_tok"], "tokenizer ./no_tok"),
-             (["eval-world-model", "--model", tmp_path / "no_model", "--dataset", eps], f"model {tmp_path / 'no_model'}"),
-             (["train", "--model_name_or_path", tmp_path / "no_model", "--dataset_name", tmp_path, "--use_cpu",
-               "--output_dir", tmp_path / "o"], f"--model_name_or_path {tmp_path / 'no_model'}")]
+    cases = [
+        (["stats", tmp_path / "no_ds", "--tokenizer", tmp_path / "tok"], f"dataset {tmp_path / 'no_ds'}"),
+        (["stats", eps, "--tokenizer", "./no_tok"], "tokenizer ./no_tok"),
+        (["eval-world-model", "--model", tmp_path / "no_model", "--dataset", eps], f"model {tmp_path / 'no_model'}"),
+        (
+            [
+                "train",
+                "--model_name_or_path",
+                tmp_path / "no_model",
+                "--dataset_name",
+                tmp_path,
+                "--use_cpu",
+                "--output_dir",
+                tmp_path / "o",
+            ],
+            f"--model_name_or_path {tmp_path / 'no_model'}",
+        ),
+    ]
     for argv, named in cases:
-        r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", *map(str, argv)], capture_output=True, text=True,
-                           env=hub.env(), timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-m", "echo_trl.commands.cli", *map(str, argv)],
+            capture_output=True,
+            text=True,
+            env=hub.env(),
+            timeout=300,
+        )
         assert r.returncode == 2, r.stderr
         assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
     assert hub.count == 0  # not one request for a local path
@@ -274,14 +350,40 @@ def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hu
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "stats", "someone/awm-echo", "--tokenizer",
-                        str(tmp_path / "tok")], capture_output=True, text=True, env=hub.env(), timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "echo_trl.commands.cli",
+            "stats",
+            "someone/awm-echo",
+            "--tokenizer",
+            str(tmp_path / "tok"),
+        ],
+        capture_output=True,
+        text=True,
+        env=hub.env(),
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
     assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
     offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "stats", "someone/awm-echo", "--tokenizer",
-                        str(tmp_path / "tok")], capture_output=True, text=True, env=offline, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "echo_trl.commands.cli",
+            "stats",
+            "someone/awm-echo",
+            "--tokenizer",
+            str(tmp_path / "tok"),
+        ],
+        capture_output=True,
+        text=True,
+        env=offline,
+        timeout=300,
+    )
     assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
     assert hub.count == 1  # offline: the Hub is not asked at all
 
@@ -289,6 +391,10 @@ def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hu
 def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
     eps = tmp_path / "eps.jsonl"
     eps.write_text(json.dumps(openenv_episode()) + "\n")
-    r = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(eps), "--output", str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and "Saving the dataset" not in r.stderr and r.stderr == "", r.stderr

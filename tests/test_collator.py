@@ -9,26 +9,48 @@ import pytest
 import torch
 from conftest import tiny_tokenizer
 
-from echo_trl.train.collator import CollatorSettings, collate_features, trajectory_features
 from echo_trl.errors import DatasetSchemaError
 from echo_trl.roles import Trajectory, tool_call
 from echo_trl.tokens.tokenization import tokenize_with_roles
+from echo_trl.train.collator import CollatorSettings, collate_features, trajectory_features
 
 
-def traj(outputs=("{\"items\": [1, 2]}", "Error: no such product"), warnings=None, behavior=None,
-         tools=("search", "add"), reward=1.0, group="g"):
+def traj(
+    outputs=('{"items": [1, 2]}', "Error: no such product"),
+    warnings=None,
+    behavior=None,
+    tools=("search", "add"),
+    reward=1.0,
+    group="g",
+):
     completion = []
     for i, out in enumerate(outputs):
-        completion.append({"role": "assistant", "content": "",
-                           "tool_calls": [tool_call(tools[i % len(tools)], {"q": f"x{i}"})]})
+        completion.append(
+            {"role": "assistant", "content": "", "tool_calls": [tool_call(tools[i % len(tools)], {"q": f"x{i}"})]}
+        )
         completion.append({"role": "tool", "name": tools[i % len(tools)], "content": out})
     ws = warnings or [[] for _ in completion]
     return Trajectory(
         prompt=[{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Buy a lamp."}],
-        completion=completion, warnings=ws, reward=reward, group_id=group, scenario="shop", task_idx=0,
-        tools=[{"type": "function", "function": {"name": n, "description": "", "parameters": {
-            "type": "object", "properties": {"q": {"type": "string"}}}}} for n in tools],
-        behavior_logprobs=behavior)
+        completion=completion,
+        warnings=ws,
+        reward=reward,
+        group_id=group,
+        scenario="shop",
+        task_idx=0,
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": n,
+                    "description": "",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+                },
+            }
+            for n in tools
+        ],
+        behavior_logprobs=behavior,
+    )
 
 
 @pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
@@ -86,7 +108,7 @@ def test_truncation_cuts_at_message_end_and_is_reported():
     full = trajectory_features(tok, traj(), CollatorSettings())
     short = trajectory_features(tok, traj(), CollatorSettings(max_completion_length=len(full.completion_ids) - 1))
     assert len(short.completion_ids) < len(full.completion_ids)
-    assert short.completion_ids == full.completion_ids[:len(short.completion_ids)]
+    assert short.completion_ids == full.completion_ids[: len(short.completion_ids)]
     assert short.truncated_tokens == len(full.completion_ids) - len(short.completion_ids)
 
 
@@ -100,8 +122,12 @@ def test_collate_pads_like_trl():
     assert batch["completion_mask"][0].sum() == n and batch["completion_ids"][0, n:].eq(tok.pad_token_id).all()
     assert torch.equal(batch["tool_mask"][0, :n], torch.tensor(a.action_mask))
     assert batch["tool_mask"][0, n:].sum() == 0 and "old_per_token_logps" not in batch
-    ids = torch.cat([batch["prompt_ids"][1][batch["prompt_mask"][1].bool()],
-                     batch["completion_ids"][1][batch["completion_mask"][1].bool()]])
+    ids = torch.cat(
+        [
+            batch["prompt_ids"][1][batch["prompt_mask"][1].bool()],
+            batch["completion_ids"][1][batch["completion_mask"][1].bool()],
+        ]
+    )
     assert ids.tolist() == b.prompt_ids + b.completion_ids
 
 
@@ -126,7 +152,7 @@ def test_context_length_bounds_the_whole_trajectory_at_a_message_end():
     bound = full.prompt_length + (len(full.input_ids) - full.prompt_length) // 2
     f = trajectory_features(tok, t, CollatorSettings(max_length=bound))
     expected = full.truncate(bound)
-    assert f.completion_ids == list(expected.input_ids[expected.prompt_length:])
+    assert f.completion_ids == list(expected.input_ids[expected.prompt_length :])
     assert 0 < f.truncated_tokens == len(full.input_ids) - len(expected.input_ids)
     # the tighter of the two bounds wins; neither set keeps the whole completion
     both = trajectory_features(tok, t, CollatorSettings(max_length=bound, max_completion_length=10_000))
@@ -135,9 +161,15 @@ def test_context_length_bounds_the_whole_trajectory_at_a_message_end():
     assert len(whole.completion_ids) == len(full.input_ids) - full.prompt_length and whole.truncated_tokens == 0
 
 
-@pytest.mark.parametrize("settings", [CollatorSettings(), CollatorSettings(max_completion_length=20),
-                                      CollatorSettings(world_loss_target="all", max_world_model_tokens=3,
-                                                       max_completion_length=33)], ids=["whole", "cut", "all-capped"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        CollatorSettings(),
+        CollatorSettings(max_completion_length=20),
+        CollatorSettings(world_loss_target="all", max_world_model_tokens=3, max_completion_length=33),
+    ],
+    ids=["whole", "cut", "all-capped"],
+)
 def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkeypatch, tmp_path):
     """The trainer's rows carry cached tokens (echo_trl.tokens.cache): their features are the fresh ones, cuts,
     targets and caps included, and building them renders nothing."""
@@ -148,8 +180,10 @@ def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkey
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
 
     tok = tiny_tokenizer("qwen3")
-    trajectories = [traj(warnings=[[], ["harness: slow down"], [], []], behavior=None),
-                    traj(outputs=("a" * 50, "b", "c"), reward=0.0)]
+    trajectories = [
+        traj(warnings=[[], ["harness: slow down"], [], []], behavior=None),
+        traj(outputs=("a" * 50, "b", "c"), reward=0.0),
+    ]
     ds = trajectories_to_dataset(trajectories)
     rows, cached = list(ds), list(tokenize_dataset(ds, tok, show_progress=False))
     fresh = [trajectory_features(tok, row, settings) for row in rows]

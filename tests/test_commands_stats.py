@@ -7,9 +7,9 @@ import json
 from conftest import tiny_tokenizer
 from test_awm import openenv_episode
 
-from echo_trl.data.awm import awm_episode_to_trajectory
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands.stats import truncation_report
+from echo_trl.data.awm import awm_episode_to_trajectory
 from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.tokens.tokenization import tokenize_with_roles
 
@@ -30,8 +30,13 @@ def test_report_names_what_each_row_would_lose_and_rows_whose_prompt_alone_is_to
     report = truncation_report(tok, ds, limit)
     assert report["prompt_exceeds_episodes"] == 1 and report["truncated_episodes"] == 2
     (too_long,) = [r for r in report["rows"] if r.get("prompt_exceeds")]
-    assert too_long == {"row": 1, "group_id": ds[1]["group_id"], "tokens": len(long_prompt),
-                        "prompt_tokens": long_prompt.prompt_length, "prompt_exceeds": True}
+    assert too_long == {
+        "row": 1,
+        "group_id": ds[1]["group_id"],
+        "tokens": len(long_prompt),
+        "prompt_tokens": long_prompt.prompt_length,
+        "prompt_exceeds": True,
+    }
     cut = [r for r in report["rows"] if not r.get("prompt_exceeds")]
     assert [r["row"] for r in cut] == [0, 2]
     # the cut keeps the first two messages (the third ends past the limit): the rest is what is lost

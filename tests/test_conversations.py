@@ -31,10 +31,12 @@ def test_openenv_collect_output_roles_from_message_roles():
     raw = _records()[0]["messages"]
     assert t.prompt == [{"role": m["role"], "content": m["content"]} for m in raw[:2]]
     assert t.message_roles() == [Role.CONTEXT] * 2 + [Role.ACTION, Role.ENV_OUTPUT] * 2 + [Role.ACTION]
-    assert [m["content"] for m in t.completion if m["role"] == "tool"] == [m["content"] for m in raw
-                                                                           if m["role"] == "tool"]
-    assert t.completion[0]["tool_calls"] == [{"type": "function", "function": {
-        "name": "find_member", "arguments": {"card": "2001-0042"}}}]  # JSON-string arguments parsed
+    assert [m["content"] for m in t.completion if m["role"] == "tool"] == [
+        m["content"] for m in raw if m["role"] == "tool"
+    ]
+    assert t.completion[0]["tool_calls"] == [
+        {"type": "function", "function": {"name": "find_member", "arguments": {"card": "2001-0042"}}}
+    ]  # JSON-string arguments parsed
     assert t.completion[3]["name"] == "list_loans" and "tool_call_id" not in t.completion[3]
     assert t.completion[-1] == {"role": "assistant", "content": "Card 2001-0042 has 2 loans."}
     assert [x.reward for x in trajs] == [1.0, 0.0]
@@ -43,8 +45,13 @@ def test_openenv_collect_output_roles_from_message_roles():
 
 
 def test_build_dataset_reads_conversations_beside_episodes(tmp_path):
-    episode = {"scenario": "shop", "task": "t", "task_idx": 0, "reward": 0.5, "steps": [
-        {"action": {"tool_name": "a", "arguments": {}}, "observation": {"tool_result": "ok"}}]}
+    episode = {
+        "scenario": "shop",
+        "task": "t",
+        "task_idx": 0,
+        "reward": 0.5,
+        "steps": [{"action": {"tool_name": "a", "arguments": {}}, "observation": {"tool_result": "ok"}}],
+    }
     (tmp_path / "ep.json").write_text(json.dumps(episode))
     (tmp_path / "results.jsonl").write_text((COLLECT / "results.jsonl").read_text())
     ds = build_awm_dataset([tmp_path])
@@ -54,8 +61,10 @@ def test_build_dataset_reads_conversations_beside_episodes(tmp_path):
 
 def test_without_provenance_the_prompt_is_the_group():
     def rec(task, reward):
-        return {"messages": [{"role": "user", "content": task}, {"role": "assistant", "content": "x"}],
-                "reward": reward}
+        return {
+            "messages": [{"role": "user", "content": task}, {"role": "assistant", "content": "x"}],
+            "reward": reward,
+        }
 
     a, b, c = (conversation_to_trajectory(r) for r in (rec("t1", 1), rec("t1", 0), rec("t2", 0)))
     assert a.group_id == b.group_id != c.group_id and a.group_id.startswith("prompt:")
@@ -65,36 +74,61 @@ def test_without_provenance_the_prompt_is_the_group():
 
 
 def test_content_parts_tools_and_structured_tool_output():
-    t = conversation_to_trajectory({
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-                     {"role": "assistant", "content": None,
-                      "tool_calls": [{"function": {"name": "f", "arguments": {"k": 1}}}]},
-                     {"role": "tool", "content": {"v": 2}}],
-        "reward": 1, "tools": [{"name": "f", "description": "F.", "inputSchema": {}}]})
+    t = conversation_to_trajectory(
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"function": {"name": "f", "arguments": {"k": 1}}}],
+                },
+                {"role": "tool", "content": {"v": 2}},
+            ],
+            "reward": 1,
+            "tools": [{"name": "f", "description": "F.", "inputSchema": {}}],
+        }
+    )
     assert t.prompt[0]["content"] == "ab" and t.completion[0]["content"] == ""
     assert json.loads(t.completion[1]["content"]) == {"v": 2}
     assert t.tools[0]["function"]["name"] == "f"
     assert is_conversation({"messages": []}) and not is_conversation({"messages": [], "steps": []})
 
 
-@pytest.mark.parametrize("patch, error", [
-    (lambda r: r.pop("reward"), r"reward: missing"),
-    (lambda r: r.update(reward="1"), r"reward: expected a number, got a string"),
-    (lambda r: r.update(reward=float("nan")), r"reward: expected a finite number"),
-    (lambda r: r.update(messages={}), r"messages: expected a list of messages"),
-    (lambda r: r["messages"][1].update(role="robot"), r"messages\[1\].role: unknown role 'robot'"),
-    (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="{oops"),
-     r"messages\[2\].tool_calls\[0\].function.arguments: arguments string is not valid JSON"),
-    (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="[1]"),
-     r"messages\[2\].tool_calls\[0\].function.arguments: expected an object of tool arguments, got a list"),
-    (lambda r: r["messages"][2]["tool_calls"][0].update(function=None), r"messages\[2\].tool_calls\[0\]: expected \{function"),
-    (lambda r: r["messages"][2]["tool_calls"][0]["function"].update(name=""), r"messages\[2\].tool_calls\[0\].function.name: expected a non-empty"),
-    (lambda r: r["messages"][3].update(content=[{"type": "image"}]), r"messages\[3\].content\[0\]: expected a text"),
-    (lambda r: r["messages"].__setitem__(slice(2, None), []), r"messages: no assistant turn"),
-    (lambda r: r["messages"].pop(1), r"messages: no user message before the first assistant turn"),
-    (lambda r: r.update(behavior_logprobs=[0.1, None]), r"behavior_logprobs\[1\]: expected a number, got null"),
-    (lambda r: r.update(tools=[{"name": 5}]), r"tools\[0\].name: expected a string"),
-])
+@pytest.mark.parametrize(
+    "patch, error",
+    [
+        (lambda r: r.pop("reward"), r"reward: missing"),
+        (lambda r: r.update(reward="1"), r"reward: expected a number, got a string"),
+        (lambda r: r.update(reward=float("nan")), r"reward: expected a finite number"),
+        (lambda r: r.update(messages={}), r"messages: expected a list of messages"),
+        (lambda r: r["messages"][1].update(role="robot"), r"messages\[1\].role: unknown role 'robot'"),
+        (
+            lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="{oops"),
+            r"messages\[2\].tool_calls\[0\].function.arguments: arguments string is not valid JSON",
+        ),
+        (
+            lambda r: r["messages"][2]["tool_calls"][0]["function"].update(arguments="[1]"),
+            r"messages\[2\].tool_calls\[0\].function.arguments: expected an object of tool arguments, got a list",
+        ),
+        (
+            lambda r: r["messages"][2]["tool_calls"][0].update(function=None),
+            r"messages\[2\].tool_calls\[0\]: expected \{function",
+        ),
+        (
+            lambda r: r["messages"][2]["tool_calls"][0]["function"].update(name=""),
+            r"messages\[2\].tool_calls\[0\].function.name: expected a non-empty",
+        ),
+        (
+            lambda r: r["messages"][3].update(content=[{"type": "image"}]),
+            r"messages\[3\].content\[0\]: expected a text",
+        ),
+        (lambda r: r["messages"].__setitem__(slice(2, None), []), r"messages: no assistant turn"),
+        (lambda r: r["messages"].pop(1), r"messages: no user message before the first assistant turn"),
+        (lambda r: r.update(behavior_logprobs=[0.1, None]), r"behavior_logprobs\[1\]: expected a number, got null"),
+        (lambda r: r.update(tools=[{"name": 5}]), r"tools\[0\].name: expected a string"),
+    ],
+)
 def test_bad_records_are_named_one_line_errors(patch, error):
     record = _records()[0]
     patch(record)

@@ -144,11 +144,7 @@ class Env:
         for param in op["parameters"]:
             if param["in"] == "path" and param["name"] in args:
                 path = path.replace("{" + param["name"] + "}", str(args.pop(param["name"])))
-        query = {
-            p["name"]: args.pop(p["name"])
-            for p in op["parameters"]
-            if p["in"] == "query" and p["name"] in args
-        }
+        query = {p["name"]: args.pop(p["name"]) for p in op["parameters"] if p["in"] == "query" and p["name"] in args}
         body = args or None
         if op["method"] in ("get", "delete"):
             response = self.client.request(op["method"].upper(), path, params=query)
@@ -173,9 +169,7 @@ def run_verifier(task_idx: int, initial: Path, final: Path, final_answer: str | 
     rows = [r for r in read_jsonl(DATA / "gen_verifier.pure_code.jsonl") if r["scenario"] == SCENARIO]
     row = next(r for r in rows if r["task_idx"] == task_idx)
     namespace: dict = {}
-    exec(
-        compile(row["verification"]["code"], f"verifier_{task_idx}.py", "exec", dont_inherit=True), namespace
-    )
+    exec(compile(row["verification"]["code"], f"verifier_{task_idx}.py", "exec", dont_inherit=True), namespace)
     return namespace["verify_task_completion"](str(initial.resolve()), str(final.resolve()), final_answer)
 
 
@@ -211,10 +205,7 @@ def test_files_parse_as_awm_format():
     for row in verifiers:
         assert row["task"] == tasks[row["task_idx"]]
         assert set(row["verification"]) == {"code", "raw_response"}
-        assert (
-            "def verify_task_completion(initial_db_path: str, final_db_path: str"
-            in row["verification"]["code"]
-        )
+        assert "def verify_task_completion(initial_db_path: str, final_db_path: str" in row["verification"]["code"]
     spec = scenario_row("gen_spec.jsonl")["api_spec"]
     ops = [e["operation_id"] for g in spec["api_groups"] for e in g["endpoints"]]
     assert sorted(ops) == sorted(EXPECTED_TOOLS)
@@ -256,9 +247,7 @@ def test_keys_match_the_awm1k_samples(awm1k_samples):
         our_keys = set().union(*(_format_keys(fname, r) for r in ours))
         if fname == "gen_spec.jsonl":
             # every key of ours is one AWM uses; optional ones (e.g. a parameter's example) may be absent
-            assert our_keys <= their_keys, (
-                f"{fname}: keys AWM-1K does not use: {sorted(our_keys - their_keys)}"
-            )
+            assert our_keys <= their_keys, f"{fname}: keys AWM-1K does not use: {sorted(our_keys - their_keys)}"
             assert {k for k in their_keys if k.count(".") <= 3} <= our_keys | {"param.example"}
         else:
             assert our_keys == their_keys, f"{fname}: {sorted(our_keys ^ their_keys)}"
@@ -273,9 +262,7 @@ def test_generated_files_match_their_sources():
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
     for fname, text in build.render().items():
-        assert (DATA / fname).read_text() == text, (
-            f"{fname} is stale: run python data/awm_scenarios/src/build.py"
-        )
+        assert (DATA / fname).read_text() == text, f"{fname} is stale: run python data/awm_scenarios/src/build.py"
 
 
 def test_samples_are_deterministic_and_consistent(tmp_path):
@@ -295,9 +282,7 @@ def test_samples_are_deterministic_and_consistent(tmp_path):
     assert all((status == "on_loan") == (n == 1) and n <= 1 for _, status, n in rows)
     # ready holds point at a copy on the hold shelf
     for (copy_id,) in conn.execute("SELECT ready_copy_id FROM holds WHERE status = 'ready'"):
-        assert conn.execute("SELECT status FROM copies WHERE id = ?", (copy_id,)).fetchone() == (
-            "on_hold_shelf",
-        )
+        assert conn.execute("SELECT status FROM copies WHERE id = ?", (copy_id,)).fetchone() == ("on_hold_shelf",)
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     conn.close()
 
@@ -369,9 +354,7 @@ def test_every_tool_is_reachable_with_its_operation_id(env):
         assert (op["path"], op["method"].upper()) == (endpoint["path"], endpoint["method"])
     for route in env.app.routes:
         if getattr(route, "operation_id", None):
-            assert route.operation_id == route.endpoint.__name__, (
-                "operation_id must equal the tool's function name"
-            )
+            assert route.operation_id == route.endpoint.__name__, "operation_id must equal the tool's function name"
             assert route.description and route.summary, route.operation_id
     assert set(VALID_CALLS) == EXPECTED_TOOLS
     for tool, args in VALID_CALLS.items():
@@ -381,9 +364,7 @@ def test_every_tool_is_reachable_with_its_operation_id(env):
         assert isinstance(body, dict) and body, tool
 
 
-@pytest.mark.parametrize(
-    ("tool", "args", "status"), INVALID_CALLS, ids=[f"{t}-{s}" for t, _, s in INVALID_CALLS]
-)
+@pytest.mark.parametrize(("tool", "args", "status"), INVALID_CALLS, ids=[f"{t}-{s}" for t, _, s in INVALID_CALLS])
 def test_invalid_arguments_get_4xx_with_a_reason(env, tool, args, status):
     env.reset()
     got, body = env.call(tool, args)

@@ -31,8 +31,9 @@ def episode_dir(tmp_path):
     d.mkdir()
     (d / "a.json").write_text(json.dumps(openenv_episode()))
     (d / "b.json").write_text(json.dumps(session_episode()))
-    (d / "c.jsonl").write_text("\n".join(json.dumps(openenv_episode(task_idx=i, reward=r))
-                                         for i, r in [(5, 1.0), (5, 0.1)]) + "\n")
+    (d / "c.jsonl").write_text(
+        "\n".join(json.dumps(openenv_episode(task_idx=i, reward=r)) for i, r in [(5, 1.0), (5, 0.1)]) + "\n"
+    )
     return d
 
 
@@ -129,31 +130,53 @@ def _set_args(ep, value):
 POISON = {
     "lone surrogate in the task": (_dumped(lambda e: e.update(task="\ud800")), "task: lone surrogate '\\ud800'"),
     "lone surrogate in the scenario": (_dumped(lambda e: e.update(scenario="s\udbff")), "scenario: lone surrogate"),
-    "lone surrogate in a tool name": (_dumped(lambda e: e["steps"][0]["action"].update(tool_name="\udc00")),
-                                      "steps[0].action.tool_name: lone surrogate"),
-    "lone surrogate in an argument key": (_dumped(lambda e: _set_args(e, {"\ud800": 1})),
-                                          "steps[0].action.arguments (a key): lone surrogate"),
-    "lone surrogate in a JSON-string argument": (_dumped(lambda e: _set_args(e, '{"q": ["\\ud800"]}')),
-                                                 "steps[0].action.arguments.q[0]: lone surrogate"),
-    "lone surrogate in a tool output": (_dumped(lambda e: e["steps"][1]["observation"].update(error="\udfff")),
-                                        "steps[1].observation.error: lone surrogate"),
-    "lone surrogate in a tool schema": (_dumped(lambda e: e.update(tools=[{"name": "f", "description": "\ud800"}])),
-                                        "tools[0].description: lone surrogate"),
-    "lone surrogate in a warning": (_dumped(lambda e: e["steps"][0]["observation"].update(warning="\ud800")),
-                                    "steps[0].observation.warning: lone surrogate"),
+    "lone surrogate in a tool name": (
+        _dumped(lambda e: e["steps"][0]["action"].update(tool_name="\udc00")),
+        "steps[0].action.tool_name: lone surrogate",
+    ),
+    "lone surrogate in an argument key": (
+        _dumped(lambda e: _set_args(e, {"\ud800": 1})),
+        "steps[0].action.arguments (a key): lone surrogate",
+    ),
+    "lone surrogate in a JSON-string argument": (
+        _dumped(lambda e: _set_args(e, '{"q": ["\\ud800"]}')),
+        "steps[0].action.arguments.q[0]: lone surrogate",
+    ),
+    "lone surrogate in a tool output": (
+        _dumped(lambda e: e["steps"][1]["observation"].update(error="\udfff")),
+        "steps[1].observation.error: lone surrogate",
+    ),
+    "lone surrogate in a tool schema": (
+        _dumped(lambda e: e.update(tools=[{"name": "f", "description": "\ud800"}])),
+        "tools[0].description: lone surrogate",
+    ),
+    "lone surrogate in a warning": (
+        _dumped(lambda e: e["steps"][0]["observation"].update(warning="\ud800")),
+        "steps[0].observation.warning: lone surrogate",
+    ),
     "JSON-string argument nested 5,000 deep": (
         _dumped(lambda e: _set_args(e, '{"a": ' + "[" * 5000 + "]" * 5000 + "}")),
-        "steps[0].action.arguments: arguments string is not valid JSON (nested too deeply)"),
-    "tool output nested 5,000 deep": (_dumped(text=('"422: id must be an integer"', "[" * 5000 + "]" * 5000)),
-                                      "invalid JSON"),
-    "reward 1 followed by 400 zeros": (_dumped(text=('"reward": 0.0', '"reward": 1' + "0" * 400)),
-                                       "reward: number out of range"),
+        "steps[0].action.arguments: arguments string is not valid JSON (nested too deeply)",
+    ),
+    "tool output nested 5,000 deep": (
+        _dumped(text=('"422: id must be an integer"', "[" * 5000 + "]" * 5000)),
+        "invalid JSON",
+    ),
+    "reward 1 followed by 400 zeros": (
+        _dumped(text=('"reward": 0.0', '"reward": 1' + "0" * 400)),
+        "reward: number out of range",
+    ),
     "reward 1e400": (_dumped(text=('"reward": 0.0', '"reward": 1e400')), "invalid JSON: number 1e400 is out of range"),
-    "task_idx 1e23": (_dumped(text=('"task_idx": 2', '"task_idx": 1e23')), "task_idx: expected an integer, got a number"),
+    "task_idx 1e23": (
+        _dumped(text=('"task_idx": 2', '"task_idx": 1e23')),
+        "task_idx: expected an integer, got a number",
+    ),
     "task_idx 10**23": (_dumped(lambda e: e.update(task_idx=10**23)), "task_idx: integer out of range"),
     "task_idx of 5,000 digits": (_dumped(text=('"task_idx": 2', '"task_idx": ' + "7" * 5000)), "invalid JSON"),
-    "behavior_logprobs with a huge integer": (_dumped(lambda e: e.update(behavior_logprobs=[10**400])),
-                                              "behavior_logprobs[0]: number out of range"),
+    "behavior_logprobs with a huge integer": (
+        _dumped(lambda e: e.update(behavior_logprobs=[10**400])),
+        "behavior_logprobs[0]: number out of range",
+    ),
 }
 
 
@@ -161,8 +184,9 @@ POISON = {
 def test_poison_record_between_two_valid_ones(name, tmp_path):
     line, message = POISON[name]
     path = tmp_path / "eps.jsonl"
-    path.write_text("\n".join([json.dumps(openenv_episode(task_idx=1)), line,
-                               json.dumps(openenv_episode(task_idx=3))]) + "\n")
+    path.write_text(
+        "\n".join([json.dumps(openenv_episode(task_idx=1)), line, json.dumps(openenv_episode(task_idx=3))]) + "\n"
+    )
     with pytest.raises(EpisodeError) as err:
         build_awm_dataset([path])
     assert str(err.value).startswith(f"{path}:2: {message}") and "\n" not in str(err.value), str(err.value)[:300]
@@ -179,45 +203,78 @@ def test_a_value_arrow_cannot_store_is_named_by_row_and_column():
     from dataclasses import replace
 
     good = awm_episode_to_trajectory(openenv_episode())
-    with pytest.raises(EpisodeError, match=r"^trajectories:row 1: scenario: cannot be stored in the dataset "
-                                           r"\(UnicodeEncodeError"):
+    with pytest.raises(
+        EpisodeError,
+        match=r"^trajectories:row 1: scenario: cannot be stored in the dataset "
+        r"\(UnicodeEncodeError",
+    ):
         trajectories_to_dataset([good, replace(good, scenario="\ud800")])
     with pytest.raises(EpisodeError, match=r"^trajectories:row 0: task_idx: cannot be stored"):
         trajectories_to_dataset([replace(good, task_idx=2**63)])
     nan_args = awm_episode_to_trajectory(openenv_episode())
     nan_args.completion[0]["tool_calls"][0]["function"]["arguments"] = {"x": float("nan")}
-    with pytest.raises(EpisodeError, match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
-                                           r"cannot store as JSON text"):
+    with pytest.raises(
+        EpisodeError,
+        match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+        r"cannot store as JSON text",
+    ):
         trajectories_to_dataset([nan_args])  # stored argument text is standard JSON, never NaN
     deep: list = []
     for _ in range(5000):
         deep = [deep]
     good.completion[0]["tool_calls"][0]["function"]["arguments"] = {"a": deep}
-    with pytest.raises(EpisodeError, match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
-                                           r"nested too deeply"):
+    with pytest.raises(
+        EpisodeError,
+        match=r"row 0: completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+        r"nested too deeply",
+    ):
         trajectories_to_dataset([good])
 
 
 def test_argument_text_that_is_not_json_is_a_schema_error():
     row = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode())])[0]
     row["completion"][0]["tool_calls"][0]["function"]["arguments"] = "{not json"
-    with pytest.raises(DatasetSchemaError, match=r"completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
-                                                 r"expected JSON text"):
+    with pytest.raises(
+        DatasetSchemaError,
+        match=r"completion\[0\]\.tool_calls\[0\]\.function\.arguments: "
+        r"expected JSON text",
+    ):
         row_to_trajectory(row)
     row["completion"][0]["tool_calls"][0]["function"]["arguments"] = "[" * 100_000
     with pytest.raises(DatasetSchemaError, match="nested too deeply"):
         row_to_trajectory(row)
 
 
-POISON_PATHS = [("task",), ("scenario",), ("task_idx",), ("reward",), ("tools",), ("tools", 0),
-                ("steps", 0, "action", "tool_name"), ("steps", 0, "action", "arguments"),
-                ("steps", 0, "action", "arguments", "q"), ("steps", 1, "observation", "error"),
-                ("steps", 0, "observation", "warning"), ("behavior_logprobs",), ("steps", 2)]
+POISON_PATHS = [
+    ("task",),
+    ("scenario",),
+    ("task_idx",),
+    ("reward",),
+    ("tools",),
+    ("tools", 0),
+    ("steps", 0, "action", "tool_name"),
+    ("steps", 0, "action", "arguments"),
+    ("steps", 0, "action", "arguments", "q"),
+    ("steps", 1, "observation", "error"),
+    ("steps", 0, "observation", "warning"),
+    ("behavior_logprobs",),
+    ("steps", 2),
+]
 _TEXT = st.text(st.sampled_from(["a", "é", "\x00", "\ud800", "\udfff", "\U0001f642", '"', "\\", "{"]), max_size=8)
 _FRAGMENT = st.one_of(  # JSON text of the poison value
-    st.builds(json.dumps, st.one_of(st.none(), st.booleans(), _TEXT, st.floats(allow_nan=False),
-                                    st.integers(), st.sampled_from([2**63, -(2**63) - 1, 10**23, 10**400]),
-                                    st.lists(_TEXT, max_size=3), st.dictionaries(_TEXT, _TEXT, max_size=3))),
+    st.builds(
+        json.dumps,
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            _TEXT,
+            st.floats(allow_nan=False),
+            st.integers(),
+            st.sampled_from([2**63, -(2**63) - 1, 10**23, 10**400]),
+            st.lists(_TEXT, max_size=3),
+            st.dictionaries(_TEXT, _TEXT, max_size=3),
+        ),
+    ),
     st.sampled_from(["1e400", "-1e400", "1e23", "9" * 5000, "NaN", "Infinity"]),
     st.integers(1, 6000).map(lambda d: "[" * d + "]" * d),
 )
@@ -235,8 +292,10 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
     poisoned = json.dumps(ep).replace('"@@POISON@@"', fragment)
     with tempfile.TemporaryDirectory() as tmp:
         eps = Path(tmp) / "eps.jsonl"
-        eps.write_text("\n".join([json.dumps(openenv_episode(task_idx=1)), poisoned,
-                                  json.dumps(openenv_episode(task_idx=3))]) + "\n")
+        eps.write_text(
+            "\n".join([json.dumps(openenv_episode(task_idx=1)), poisoned, json.dumps(openenv_episode(task_idx=3))])
+            + "\n"
+        )
         skipped = []
         ds = build_awm_dataset([eps], strict=False, skipped=skipped)  # never raises
         assert ds["task_idx"] in ([1, 3], [1, 2, 3])
@@ -257,9 +316,16 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
 def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
     from echo_trl.data.awm_agent import SYSTEM_PROMPT
 
-    (episode_dir / "a.json").write_text(json.dumps(openenv_episode(tools=[
-        {"name": "search", "description": "Search.", "inputSchema": {}},
-        {"name": "add_to_cart", "description": "Add.", "inputSchema": {}}])))
+    (episode_dir / "a.json").write_text(
+        json.dumps(
+            openenv_episode(
+                tools=[
+                    {"name": "search", "description": "Search.", "inputSchema": {}},
+                    {"name": "add_to_cart", "description": "Add.", "inputSchema": {}},
+                ]
+            )
+        )
+    )
     (episode_dir / "c.jsonl").unlink()
     plain = build_awm_dataset([episode_dir])
     agent = build_awm_dataset([episode_dir], format="awm-agent")

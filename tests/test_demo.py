@@ -40,8 +40,24 @@ def test_demo_behavior_policies_are_the_configs():
 
 def test_demo_end_to_end_small(episodes, tmp_path, capsys):
     out = tmp_path / "demo"
-    rc = cli_main(["train", "--demo", "--output_dir", str(out), "--data_dir", str(episodes), "--max_steps", "2",
-                   "--eval_steps", "1", "--model_cache_dir", str(tmp_path / "cache"), "--warmup_steps", "2"])
+    rc = cli_main(
+        [
+            "train",
+            "--demo",
+            "--output_dir",
+            str(out),
+            "--data_dir",
+            str(episodes),
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "1",
+            "--model_cache_dir",
+            str(tmp_path / "cache"),
+            "--warmup_steps",
+            "2",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
@@ -99,8 +115,14 @@ def test_demo_split_follows_splits_json_and_tools_shrink_to_names(episodes, tmp_
     assert set(held["group_id"]) == {f"{scenario}/{task}"} and len(train) + len(held) == len(ds)
     train, held = demo_run.split_by_task(ds, None)  # no spec: every 4th task group is held out
     assert len(set(held["group_id"])) == 1 and not set(held["group_id"]) & set(train["group_id"])
-    full = {"type": "function", "function": {"name": "get_book", "description": "x" * 500,
-                                             "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}}
+    full = {
+        "type": "function",
+        "function": {
+            "name": "get_book",
+            "description": "x" * 500,
+            "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
+        },
+    }
     small = demo_run.names_only_tools(ds.map(lambda r: {"tools": [json.dumps(full)]}))
     tool = json.loads(small[0]["tools"][0])
     assert tool["function"]["name"] == "get_book" and tool["function"]["description"] == ""

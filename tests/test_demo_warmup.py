@@ -16,14 +16,31 @@ SECRET = "zebraquokka"  # occurs only inside environment outputs
 
 
 def _episode(i: int) -> dict:
-    return {"scenario": "shop", "task": f"Find item {i} and add it to my cart.", "task_idx": i, "reward": 1.0,
-            "tools": ["search", "verify"],
-            "steps": [{"action": {"tool_name": "search", "arguments": {"query": f"item {i}"}},
-                       "observation": {"tool_result": {"items": [{"id": i, "title": f"{SECRET} {SECRET}{i}"}]},
-                                       "reward_type": "tool_call_ok", "done": False}},
-                      {"action": {"tool_name": "verify", "arguments": {}},
-                       "observation": {"verify_result": {"result": f"complete {SECRET}"}, "reward_type": "complete",
-                                       "done": True}}]}
+    return {
+        "scenario": "shop",
+        "task": f"Find item {i} and add it to my cart.",
+        "task_idx": i,
+        "reward": 1.0,
+        "tools": ["search", "verify"],
+        "steps": [
+            {
+                "action": {"tool_name": "search", "arguments": {"query": f"item {i}"}},
+                "observation": {
+                    "tool_result": {"items": [{"id": i, "title": f"{SECRET} {SECRET}{i}"}]},
+                    "reward_type": "tool_call_ok",
+                    "done": False,
+                },
+            },
+            {
+                "action": {"tool_name": "verify", "arguments": {}},
+                "observation": {
+                    "verify_result": {"result": f"complete {SECRET}"},
+                    "reward_type": "complete",
+                    "done": True,
+                },
+            },
+        ],
+    }
 
 
 @pytest.fixture(scope="module")

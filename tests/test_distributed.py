@@ -34,7 +34,7 @@ MAX_COMPLETION = 1024
 STEPS = 2
 EVAL_ROWS, EVAL_BATCH = 5, 2  # 2 processes x 2 per device: the last eval batch holds 1 real row, 3 repeats
 
-_PROBE = '''
+_PROBE = """
 import os
 if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
     import torch
@@ -49,9 +49,7 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
         return _orig(self, *args, **kwargs)
 
     _t.EchoGRPOTrainer.save_model = save_model
-'''
-
-
+"""
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +63,9 @@ def assets(tmp_path_factory):
     ds = build_awm_dataset([episodes])
     assert len(ds) == 8
     save_dataset(ds, root / "data")
-    held = build_awm_dataset([write_episodes(synthetic_episodes(n_tasks=1, per_task=EVAL_ROWS, seed=2),
-                                             root / "held.jsonl")])
+    held = build_awm_dataset(
+        [write_episodes(synthetic_episodes(n_tasks=1, per_task=EVAL_ROWS, seed=2), root / "held.jsonl")]
+    )
     assert len(held) == EVAL_ROWS
     save_dataset(held, root / "held")
     corpus = [m["content"] for row in [*ds, *held] for m in row["completion"]]
@@ -78,21 +77,69 @@ def assets(tmp_path_factory):
 
 
 def _train_flags(root: Path, model: Path, out: Path, per_device: int) -> list[str]:
-    return ["train", "--model_name_or_path", str(model), "--dataset_name", str(root / "data"),
-            "--output_dir", str(out), "--max_steps", str(STEPS), "--per_device_train_batch_size", str(per_device),
-            "--num_generations", "2", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
-            "--save_strategy", "no", "--logging_steps", "1", "--max_completion_length", str(MAX_COMPLETION),
-            "--gradient_checkpointing", "false", "--dtype", "float32", "--disable_tqdm", "true",
-            "--learning_rate", "1e-3", "--world_model_coeff", "0.05", "--seed", "0",
-            # held-out CE of the initial model only (eval_steps past max_steps)
-            "--eval_strategy", "steps", "--eval_on_start", "true", "--eval_steps", "1000",
-            "--eval_dataset_name", str(root / "held"), "--per_device_eval_batch_size", str(EVAL_BATCH)]
+    return [
+        "train",
+        "--model_name_or_path",
+        str(model),
+        "--dataset_name",
+        str(root / "data"),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(STEPS),
+        "--per_device_train_batch_size",
+        str(per_device),
+        "--num_generations",
+        "2",
+        "--use_cpu",
+        "true",
+        "--bf16",
+        "false",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "1",
+        "--max_completion_length",
+        str(MAX_COMPLETION),
+        "--gradient_checkpointing",
+        "false",
+        "--dtype",
+        "float32",
+        "--disable_tqdm",
+        "true",
+        "--learning_rate",
+        "1e-3",
+        "--world_model_coeff",
+        "0.05",
+        "--seed",
+        "0",
+        # held-out CE of the initial model only (eval_steps past max_steps)
+        "--eval_strategy",
+        "steps",
+        "--eval_on_start",
+        "true",
+        "--eval_steps",
+        "1000",
+        "--eval_dataset_name",
+        str(root / "held"),
+        "--per_device_eval_batch_size",
+        str(EVAL_BATCH),
+    ]
 
 
 def _env(probe: Path, probe_out: Path) -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "OMP_NUM_THREADS": "1", "ECHO_TRL_TEST_PROBE_DIR": str(probe_out), "ACCELERATE_USE_CPU": "true",
-           "PYTHONPATH": os.pathsep.join([str(probe), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "OMP_NUM_THREADS": "1",
+        "ECHO_TRL_TEST_PROBE_DIR": str(probe_out),
+        "ACCELERATE_USE_CPU": "true",
+        "PYTHONPATH": os.pathsep.join([str(probe), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
@@ -108,9 +155,27 @@ def runs(assets):
         pytest.skip("the accelerate launcher is not on PATH")
     results = {}
     for name, launcher, per_device in [
-        ("ddp", ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                 "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-                 "-m", "echo_trl.commands.cli"], 4),
+        (
+            "ddp",
+            [
+                "accelerate",
+                "launch",
+                "--multi_gpu",
+                "--num_processes",
+                "2",
+                "--num_machines",
+                "1",
+                "--mixed_precision",
+                "no",
+                "--dynamo_backend",
+                "no",
+                "--main_process_port",
+                str(free_port()),
+                "-m",
+                "echo_trl.commands.cli",
+            ],
+            4,
+        ),
         ("single", [sys.executable, "-m", "echo_trl.commands.cli"], 8),
     ]:
         probe_out = root / f"probe_{name}"
@@ -119,8 +184,14 @@ def runs(assets):
         if name == "single":
             env["RANK"] = "0"  # the probe dumps rank0.pt for the one-process run too
         out = root / name
-        proc = subprocess.run([*launcher, *_train_flags(root, model, out, per_device)], env=env,
-                              capture_output=True, text=True, timeout=600, cwd=root)
+        proc = subprocess.run(
+            [*launcher, *_train_flags(root, model, out, per_device)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=root,
+        )
         assert proc.returncode == 0, f"{name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         results[name] = (out, probe_out)
     return results
@@ -180,7 +251,9 @@ def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
 
     root, model_dir, _ = assets
     # the evaluation before the first step (Trainer evaluates once more after the last one)
-    ddp, single = ([h for h in _logs(runs[name][0], "eval_world/ce_env") if h["step"] == 0] for name in ("ddp", "single"))
+    ddp, single = (
+        [h for h in _logs(runs[name][0], "eval_world/ce_env") if h["step"] == 0] for name in ("ddp", "single")
+    )
     assert len(ddp) == len(single) == 1
     # Same initial weights and per-row float32 sums; only batch composition (padding) and the order of the
     # float64 accumulation may differ, a few float32 ulps (~1e-7 relative): 1e-6 leaves margin, and the
@@ -188,8 +261,10 @@ def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
     assert ddp[0]["eval_world/ce_env"] == pytest.approx(single[0]["eval_world/ce_env"], rel=1e-6)
     model, tok = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     # evaluate_world_model's per-trajectory sums: an independent forward (no padding, only the env positions)
-    per_row = [trajectory_env_nll(model, tok, row, max_completion_length=MAX_COMPLETION)
-               for row in load_echo_dataset(root / "held")]
+    per_row = [
+        trajectory_env_nll(model, tok, row, max_completion_length=MAX_COMPLETION)
+        for row in load_echo_dataset(root / "held")
+    ]
     ce = lambda rs: sum(r["env_nll"] for r in rs) / sum(r["env_tokens"] for r in rs)  # noqa: E731
     assert single[0]["eval_world/ce_env"] == pytest.approx(ce(per_row), rel=1e-5)
     # the repeats accelerate pads the last batch with (rows 0-2), counted twice, move the CE well past that

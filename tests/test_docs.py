@@ -52,13 +52,17 @@ class Block:
 
 def blocks(doc: str) -> list[Block]:
     text = (REPO / doc).read_text(encoding="utf-8")
-    return [Block(doc, text.count("\n", 0, m.start(3)) + 1, m.group(1), (m.group(2) or "").strip(), m.group(3),
-                  m.group(4)) for m in _BLOCK.finditer(text)]
+    return [
+        Block(doc, text.count("\n", 0, m.start(3)) + 1, m.group(1), (m.group(2) or "").strip(), m.group(3), m.group(4))
+        for m in _BLOCK.finditer(text)
+    ]
 
 
 def logical_lines(code: str) -> list[str]:
     """Shell lines with ``\\`` continuations joined and comment-only lines dropped."""
-    return [line for line in code.replace("\\\n", " ").splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line for line in code.replace("\\\n", " ").splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def with_overrides(code: str, extra: str) -> str:
@@ -74,8 +78,12 @@ def with_overrides(code: str, extra: str) -> str:
 
 
 def test_every_code_block_is_marked():
-    unmarked = [b.where() for doc in CHECKED_DOCS for b in blocks(doc) if b.lang in ("bash", "python", "sh", "")
-                and b.mode is None]
+    unmarked = [
+        b.where()
+        for doc in CHECKED_DOCS
+        for b in blocks(doc)
+        if b.lang in ("bash", "python", "sh", "") and b.mode is None
+    ]
     assert not unmarked, f"code blocks without a <!-- docs-test: run|check --> marker: {unmarked}"
     assert sum(b.mode == "run" for b in blocks("README.md")) >= 4
 
@@ -90,7 +98,7 @@ def _train_flags(argv: list[str]) -> list[str]:
     if "--config" in argv:
         i = argv.index("--config")
         assert (REPO / argv[i + 1]).is_file(), argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
+        argv = argv[:i] + argv[i + 2 :]
     if argv == ["--demo"] or not argv:
         return []
     return make_parser().parse_known_args(argv)[1]
@@ -101,8 +109,12 @@ def unknown_flags(argv: list[str]) -> list[str]:
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
         return _train_flags(rest)
-    module = {"stats": "stats", "build-dataset": "build_dataset", "capture": "capture",
-              "eval-world-model": "eval_world_model"}[cmd]
+    module = {
+        "stats": "stats",
+        "build-dataset": "build_dataset",
+        "capture": "capture",
+        "eval-world-model": "eval_world_model",
+    }[cmd]
     mod = importlib.import_module(f"echo_trl.commands.{module}")
     try:
         if hasattr(mod, "build_parser"):
@@ -123,7 +135,7 @@ def check_block(block: Block) -> None:
         if argv[:1] == ["echo-trl"]:
             assert not unknown_flags(argv[1:]), (block.where(), line, unknown_flags(argv[1:]))
         elif "echo_trl.commands.cli" in argv:
-            assert not unknown_flags(argv[argv.index("echo_trl.commands.cli") + 1:]), (block.where(), line)
+            assert not unknown_flags(argv[argv.index("echo_trl.commands.cli") + 1 :]), (block.where(), line)
         if argv[:1] == ["accelerate"] and "--config_file" in argv:
             assert (REPO / argv[argv.index("--config_file") + 1]).is_file(), line
         if argv[:2] and argv[0] == "python" and argv[1].endswith(".py"):
@@ -152,9 +164,14 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m echo_trl.commands.cli "$@"\n')
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               PYTHONPATH=str(REPO), ECHO_TRL_CACHE=str(tmp_path / "cache"), ECHO_TRL_PROGRESS="0",
-               CUDA_VISIBLE_DEVICES="", HF_HUB_DISABLE_TELEMETRY="1")  # see CountingEndpoint.env
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(REPO),
+        ECHO_TRL_CACHE=str(tmp_path / "cache"),
+        ECHO_TRL_PROGRESS="0",
+        CUDA_VISIBLE_DEVICES="",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )  # see CountingEndpoint.env
     return work, env
 
 
@@ -193,8 +210,9 @@ def test_api_reference_is_up_to_date():
     spec = importlib.util.spec_from_file_location("make_api", REPO / "docs" / "make_api.py")
     make_api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_api)
-    assert (REPO / "docs" / "api.md").read_text(encoding="utf-8") == make_api.render(), \
+    assert (REPO / "docs" / "api.md").read_text(encoding="utf-8") == make_api.render(), (
         "docs/api.md is out of date: run python docs/make_api.py"
+    )
 
 
 def test_training_doc_names_only_files_that_exist():

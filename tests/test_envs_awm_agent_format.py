@@ -32,7 +32,9 @@ def pool():
 def test_live_list_tools_reply_is_the_official_agents(pool, scenario):
     ep = pool.new_episode(scenario, 0)
     reply = agent_reply(ep, awm_agent.action_for_call("list_tools"))
-    assert reply == (OFFICIAL / f"list_tools.{scenario}.txt").read_text(encoding="utf-8")  # written by agent-world-model
+    assert reply == (OFFICIAL / f"list_tools.{scenario}.txt").read_text(
+        encoding="utf-8"
+    )  # written by agent-world-model
     assert ep.steps == []  # the listing is context, not a scenario step
     ep.close()
 
@@ -40,12 +42,14 @@ def test_live_list_tools_reply_is_the_official_agents(pool, scenario):
 def test_call_tool_replies_as_the_official_agent(pool):
     ep = pool.new_episode("library_1", 0)
     # prefix stripped, arguments a JSON string the official agent would repair (single quotes)
-    act = awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_search_members",
-                                                  "arguments": "{'query': 'Priya Raman'}"})
+    act = awm_agent.action_for_call(
+        "call_tool", {"tool_name": "mcp_tool_search_members", "arguments": "{'query': 'Priya Raman'}"}
+    )
     assert '"full_name": "Priya Raman"' in agent_reply(ep, act)
-    bad = agent_reply(ep, awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_get_book",
-                                                                  "arguments": '{"book_id": "x"}'}))
-    assert bad.startswith("Error: ") and bad[len("Error: "):] == ep.steps[-1]["observation"]["error"]
+    bad = agent_reply(
+        ep, awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_get_book", "arguments": '{"book_id": "x"}'})
+    )
+    assert bad.startswith("Error: ") and bad[len("Error: ") :] == ep.steps[-1]["observation"]["error"]
     unknown = agent_reply(ep, awm_agent.action_for_call("search_books", {"query": "x"}))
     assert unknown == awm_agent.unknown_tool_text("search_books")
     assert [s["observation"]["reward_type"] for s in ep.steps] == ["tool_call_ok", "invalid_args", "tool_not_found"]
@@ -68,14 +72,16 @@ class Scripted(AWMAgentModelPolicy):
 
 
 def test_a_model_policy_plays_in_the_official_format(pool, tmp_path):
-    turns = ('<tool_call>\n{"name": "list_tools", "arguments": null}\n</tool_call>',
-             '<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_search_members", '
-             '"arguments": "{\\"query\\": \\"Priya Raman\\"}"}}\n</tool_call>',
-             # a direct mcp_tool_ call is folded into call_tool; the second block of the turn is ignored
-             '<tool_call>{"name": "mcp_tool_checkout_copy", "arguments": {"member_id": 1, '
-             '"barcode": "31994002104119"}}</tool_call><tool_call>{"name": "list_tools"}</tool_call>',
-             '<tool_call>{"name": "checkout", "arguments": {}}</tool_call>',
-             "Checked out Project Hail Mary to Priya Raman.")
+    turns = (
+        '<tool_call>\n{"name": "list_tools", "arguments": null}\n</tool_call>',
+        '<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_search_members", '
+        '"arguments": "{\\"query\\": \\"Priya Raman\\"}"}}\n</tool_call>',
+        # a direct mcp_tool_ call is folded into call_tool; the second block of the turn is ignored
+        '<tool_call>{"name": "mcp_tool_checkout_copy", "arguments": {"member_id": 1, '
+        '"barcode": "31994002104119"}}</tool_call><tool_call>{"name": "list_tools"}</tool_call>',
+        '<tool_call>{"name": "checkout", "arguments": {}}</tool_call>',
+        "Checked out Project Hail Mary to Priya Raman.",
+    )
     policy = Scripted(None, tiny_tokenizer("qwen3"), max_steps=8)
     policy.turns = turns
     ep = pool.new_episode("library_1", 0)
@@ -87,8 +93,12 @@ def test_a_model_policy_plays_in_the_official_format(pool, tmp_path):
     assert [s["action"]["tool_name"] for s in ep.steps] == ["search_members", "checkout_copy", "checkout", "verify"]
     assert ep.steps[-1]["action"]["arguments"]["final_answer"] == turns[-1]
     assert ep.verifier_reward == 1.0 and ep.reward == -1.0  # the task got done; the format error keeps it at -1
-    assert len(ep.behavior_logprobs) == sum(len(s["policy"]["token_ids"]) for s in ep.steps) + len(
-        tiny_tokenizer("qwen3").encode(turns[0], add_special_tokens=False)) + 1
+    assert (
+        len(ep.behavior_logprobs)
+        == sum(len(s["policy"]["token_ids"]) for s in ep.steps)
+        + len(tiny_tokenizer("qwen3").encode(turns[0], add_special_tokens=False))
+        + 1
+    )
     (tmp_path / "e.jsonl").write_text(json.dumps(ep.record("omit")) + "\n")
     (traj,), _ = load_awm_episodes([tmp_path], format="awm-agent")
     assert traj.completion[1]["content"] == awm_agent.list_tools_reply(ep.runtime.tools)
@@ -101,11 +111,15 @@ def test_the_online_environment_has_exactly_the_two_meta_tools(pool):
 
     from transformers.utils import get_json_schema
 
-    factory = awm_agent_environment_factory([pool.scenario("library_1"), pool.scenario("content_platform_1")],
-                                            pool=pool)
+    factory = awm_agent_environment_factory(
+        [pool.scenario("library_1"), pool.scenario("content_platform_1")], pool=pool
+    )
     cls = factory.environment_class
-    tools = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    tools = [
+        n
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
     assert tools == ["call_tool", "list_tools"]
     for schema in awm_agent.meta_tool_schemas():  # TRL describes them exactly as the official prompt does
         derived = get_json_schema(getattr(cls, schema["function"]["name"]))["function"]

@@ -7,20 +7,30 @@ from pathlib import Path
 
 import pytest
 
-from echo_trl.data.awm import load_awm_episodes
 from echo_trl.commands.cli import main as cli
+from echo_trl.data.awm import load_awm_episodes
 from echo_trl.envs.awm.policy import PolicyError, ReplayPolicy
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
 
 SCRIPTS = [
-    {"task_idx": 0, "label": "reference", "calls": [
-        {"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
-        {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": 1}}], "final_answer": "Subscribed."},
+    {
+        "task_idx": 0,
+        "label": "reference",
+        "calls": [
+            {"tool_name": "search_channels", "arguments": {"query": "Kurzgesagt"}},
+            {"tool_name": "subscribe_to_channel", "arguments": {"channel_id": 1}},
+        ],
+        "final_answer": "Subscribed.",
+    },
     {"task_idx": 0, "label": "unknown tool", "calls": [{"tool": "subscribe", "args": {"channel": "Kurzgesagt"}}]},
     {"task_idx": 1, "label": "wrong args", "calls": [{"tool_name": "search_channels", "arguments": {"query": 3}}]},
-    {"task_idx": 1, "label": "stops early", "calls": [{"tool_name": "search_channels",
-                                                       "arguments": {"query": "Marques"}}], "verify": False},
+    {
+        "task_idx": 1,
+        "label": "stops early",
+        "calls": [{"tool_name": "search_channels", "arguments": {"query": "Marques"}}],
+        "verify": False,
+    },
 ]
 
 
@@ -51,8 +61,21 @@ def test_capture_cli_replay(tmp_path, capsys):
     replay = tmp_path / "replay.jsonl"
     replay.write_text("\n".join(json.dumps(s) for s in SCRIPTS) + "\n")
     out = tmp_path / "out"
-    rc = cli(["capture", "--data", str(data), "--scenario", "content_platform_1", "--policy", f"replay:{replay}",
-              "--episodes", "2", "--output", str(out)])
+    rc = cli(
+        [
+            "capture",
+            "--data",
+            str(data),
+            "--scenario",
+            "content_platform_1",
+            "--policy",
+            f"replay:{replay}",
+            "--episodes",
+            "2",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     files = sorted(p.name for p in out.iterdir())
     assert files == ["capture_log.txt", "content_platform_1_task0.jsonl", "content_platform_1_task1.jsonl"]
@@ -62,8 +85,10 @@ def test_capture_cli_replay(tmp_path, capsys):
     assert {t.group_id for t in trajs} == {"content_platform_1/0", "content_platform_1/1"}
     rec = json.loads((out / "content_platform_1_task0.jsonl").read_text().splitlines()[0])
     assert len(rec["tools"]) == 34 and set(rec["tools"][0]) == {"name", "description", "inputSchema"}
-    assert rec["steps"][-1]["action"] == {"tool_name": "verify",
-                                          "arguments": {"verifier_mode": "code", "final_answer": "Subscribed."}}
+    assert rec["steps"][-1]["action"] == {
+        "tool_name": "verify",
+        "arguments": {"verifier_mode": "code", "final_answer": "Subscribed."},
+    }
     log = (out / "capture_log.txt").read_text()
     assert "episodes/s" in log and "containment:" in log
     err = capsys.readouterr().err
@@ -72,16 +97,62 @@ def test_capture_cli_replay(tmp_path, capsys):
 
 def test_capture_cli_errors(tmp_path, capsys):
     data = _samples()
-    assert cli(["capture", "--data", str(data), "--scenario", "e_commerce_33", "--task-idx", "0", "--policy",
-                "replay:" + str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "o")]) == 2
+    assert (
+        cli(
+            [
+                "capture",
+                "--data",
+                str(data),
+                "--scenario",
+                "e_commerce_33",
+                "--task-idx",
+                "0",
+                "--policy",
+                "replay:" + str(tmp_path / "missing.jsonl"),
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "replay file not found" in capsys.readouterr().err
     (tmp_path / "r.jsonl").write_text(json.dumps({"task_idx": 0, "calls": []}) + "\n")
-    assert cli(["capture", "--data", str(data), "--scenario", "e_commerce_33", "--policy",
-                f"replay:{tmp_path / 'r.jsonl'}", "--output", str(tmp_path / "o")]) == 2
+    assert (
+        cli(
+            [
+                "capture",
+                "--data",
+                str(data),
+                "--scenario",
+                "e_commerce_33",
+                "--policy",
+                f"replay:{tmp_path / 'r.jsonl'}",
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "scenario 'e_commerce_33'" in err and "env_code" in err  # no server code in the sample
-    assert cli(["capture", "--data", str(data), "--scenario", "content_platform_1", "--task-idx", "12",
-                "--policy", f"replay:{tmp_path / 'r.jsonl'}", "--output", str(tmp_path / "o")]) == 2
+    assert (
+        cli(
+            [
+                "capture",
+                "--data",
+                str(data),
+                "--scenario",
+                "content_platform_1",
+                "--task-idx",
+                "12",
+                "--policy",
+                f"replay:{tmp_path / 'r.jsonl'}",
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "task_idx 12 out of range" in capsys.readouterr().err
 
 
@@ -91,9 +162,29 @@ def test_capture_cli_model_policy_records_logprobs(tmp_path):
 
     model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     out = tmp_path / "out"
-    rc = cli(["capture", "--data", str(data), "--scenario", "content_platform_1", "--task-idx", "1", "--policy",
-              f"model:{model}", "--episodes", "2", "--max-new-tokens", "24", "--max-steps", "2", "--output", str(out),
-              "--system-prompt", 'Reply in JSON like {"tool": ...} in {scenario}.'])  # braces are text
+    rc = cli(
+        [
+            "capture",
+            "--data",
+            str(data),
+            "--scenario",
+            "content_platform_1",
+            "--task-idx",
+            "1",
+            "--policy",
+            f"model:{model}",
+            "--episodes",
+            "2",
+            "--max-new-tokens",
+            "24",
+            "--max-steps",
+            "2",
+            "--output",
+            str(out),
+            "--system-prompt",
+            'Reply in JSON like {"tool": ...} in {scenario}.',
+        ]
+    )  # braces are text
     assert rc == 0
     records = [json.loads(x) for x in (out / "content_platform_1_task1.jsonl").read_text().splitlines()]
     assert len(records) == 2
@@ -116,11 +207,14 @@ LIBRARY = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
 def test_normalize_timestamps():
     from echo_trl.envs.awm.policy import normalize_timestamps
 
-    text = ('{"created_at": "2025-09-09T03:51:08", "at": "2026-06-14 03:51:08.123456+00:00", "z": "2025-01-02T03:04Z", '
-            '"due": "2025-04-04", "isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}')
+    text = (
+        '{"created_at": "2025-09-09T03:51:08", "at": "2026-06-14 03:51:08.123456+00:00", "z": "2025-01-02T03:04Z", '
+        '"due": "2025-04-04", "isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}'
+    )
     assert normalize_timestamps(text) == (
         '{"created_at": "<datetime>", "at": "<datetime>", "z": "<datetime>", "due": "<date>", '
-        '"isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}')
+        '"isbn": "9781991900371", "range": "12025-04-04", "phone": "555-318-4410"}'
+    )
     assert normalize_timestamps("no dates") == "no dates"
 
 
@@ -134,16 +228,39 @@ def test_recorded_episodes_become_scripts(tmp_path, captured_episode):
     assert [c[0] for c in script.calls] == [s["action"]["tool_name"] for s in rec["steps"][:-1]]
     assert len(script.expected) == len(rec["steps"])  # every recorded observation, the verifier's included
     # AWM's trajectory.json: list_tools is context, call_tool steps are replayed, verify is the verifier
-    traj = {"scenario": "library_1", "task": "t", "task_idx": 3, "steps": 3, "trajectory": [
-        {"action": "list_tools", "result": {"tools": []}},
-        {"action": "call_tool", "tool_name": "search_members", "arguments": '{"query": "Priya"}', "success": True,
-         "result": "{}"},
-        {"action": "verify", "arguments": {"final_answer": "done"}, "verify_result": {"result": "complete"},
-         "reward": 1.0}]}
+    traj = {
+        "scenario": "library_1",
+        "task": "t",
+        "task_idx": 3,
+        "steps": 3,
+        "trajectory": [
+            {"action": "list_tools", "result": {"tools": []}},
+            {
+                "action": "call_tool",
+                "tool_name": "search_members",
+                "arguments": '{"query": "Priya"}',
+                "success": True,
+                "result": "{}",
+            },
+            {
+                "action": "verify",
+                "arguments": {"final_answer": "done"},
+                "verify_result": {"result": "complete"},
+                "reward": 1.0,
+            },
+        ],
+    }
     (tmp_path / "trajectory.json").write_text(json.dumps(traj))
     (s,) = ReplayPolicy.from_file(tmp_path).scripts
-    assert (s.task_idx, s.calls, s.final_answer, s.verify) == (3, [("search_members", {"query": "Priya"})], "done", True)
-    (tmp_path / "bad.jsonl").write_text(json.dumps({**rec, "steps": [{"action": {"tool_name": 3}, "observation": {}}]}))
+    assert (s.task_idx, s.calls, s.final_answer, s.verify) == (
+        3,
+        [("search_members", {"query": "Priya"})],
+        "done",
+        True,
+    )
+    (tmp_path / "bad.jsonl").write_text(
+        json.dumps({**rec, "steps": [{"action": {"tool_name": 3}, "observation": {}}]})
+    )
     with pytest.raises(PolicyError, match=r"bad.jsonl:1: steps\[0\].action.tool_name: expected a string"):
         ReplayPolicy.from_file(tmp_path / "bad.jsonl")
 
@@ -151,8 +268,10 @@ def test_recorded_episodes_become_scripts(tmp_path, captured_episode):
 def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
     base = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--task-idx", "4"]
-    assert cli([*base, "--policy", f"replay:{LIBRARY / 'solutions.jsonl'}", "--episodes", "6",
-                "--output", str(first)]) == 0
+    assert (
+        cli([*base, "--policy", f"replay:{LIBRARY / 'solutions.jsonl'}", "--episodes", "6", "--output", str(first)])
+        == 0
+    )
     recorded = [json.loads(x) for f in sorted(first.glob("*.jsonl")) for x in f.read_text().splitlines()]
     assert len(recorded) == 12 and {r["reward"] for r in recorded} == {1.0, 0.0, -1.0}
     assert cli([*base, "--policy", f"replay:{first}", "--output", str(again)]) == 0
@@ -167,7 +286,8 @@ def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
     lines = (first / "library_1_task0.jsonl").read_text().splitlines()
     tampered = json.loads(lines[0])
     tampered["steps"][1]["observation"]["tool_result"] = tampered["steps"][1]["observation"]["tool_result"].replace(
-        "Project Hail Mary", "Project Hail Marx")
+        "Project Hail Mary", "Project Hail Marx"
+    )
     (tmp_path / "t.jsonl").write_text(json.dumps(tampered) + "\n")
     assert cli([*base[:5], "--policy", f"replay:{tmp_path / 't.jsonl'}", "--output", str(tmp_path / "t")]) == 0
     log = (tmp_path / "t" / "capture_log.txt").read_text()
@@ -176,18 +296,26 @@ def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
 
 
 def test_a_mid_episode_format_error_is_captured_in_full(tmp_path):
-    script = {"task_idx": 0, "calls": [
-        {"tool_name": "search_members", "arguments": {"query": "Priya Raman"}},
-        {"tool_name": "checkout_copy", "arguments": {"member_id": "one", "barcode": "31994002104119"}},
-        {"tool_name": "checkout_copy", "arguments": {"member_id": 1, "barcode": "31994002104119"}}],
-        "final_answer": "Checked out."}
+    script = {
+        "task_idx": 0,
+        "calls": [
+            {"tool_name": "search_members", "arguments": {"query": "Priya Raman"}},
+            {"tool_name": "checkout_copy", "arguments": {"member_id": "one", "barcode": "31994002104119"}},
+            {"tool_name": "checkout_copy", "arguments": {"member_id": 1, "barcode": "31994002104119"}},
+        ],
+        "final_answer": "Checked out.",
+    }
     replay = tmp_path / "r.jsonl"
     replay.write_text(json.dumps(script) + "\n")
     base = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--policy", f"replay:{replay}"]
     assert cli([*base, "--output", str(tmp_path / "full")]) == 0
     rec = json.loads((tmp_path / "full" / "library_1_task0.jsonl").read_text())
     assert [s["observation"]["reward_type"] for s in rec["steps"]] == [
-        "tool_call_ok", "invalid_args", "tool_call_ok", "complete"]  # the task got done after the error ...
+        "tool_call_ok",
+        "invalid_args",
+        "tool_call_ok",
+        "complete",
+    ]  # the task got done after the error ...
     assert rec["reward"] == -1.0 and rec["reward_type"] == "format_error"  # ... the reward stays -1.0, as in AWM
     assert rec["metadata"]["verifier_reward"] == 1.0
     assert cli([*base, "--stop-on-format-error", "--output", str(tmp_path / "stop")]) == 0
@@ -207,9 +335,30 @@ def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
 
     model = ensure_tiny_model(tmp_path / "tiny", family="qwen3", hidden_size=32, vocab_size=512)
     out = tmp_path / "out"
-    assert cli(["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--policy",
-                f"model:{model}", "--format", "awm-agent", "--max-new-tokens", "8", "--max-steps", "2",
-                "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "capture",
+                "--data",
+                str(LIBRARY),
+                "--scenario",
+                "library_1",
+                "--task-idx",
+                "0",
+                "--policy",
+                f"model:{model}",
+                "--format",
+                "awm-agent",
+                "--max-new-tokens",
+                "8",
+                "--max-steps",
+                "2",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rec = json.loads((out / "library_1_task0.jsonl").read_text())
     assert rec["metadata"]["format"] == "awm-agent"
     assert "verification" in rec and all(s["action"]["tool_name"] != "verify" for s in rec["steps"])  # omit default

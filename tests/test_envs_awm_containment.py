@@ -27,11 +27,25 @@ from echo_trl.envs.awm import sandbox
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
 CONTAINMENT = sandbox.detect_containment()
-pytestmark = pytest.mark.skipif(not CONTAINMENT.contained,
-                                reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+pytestmark = pytest.mark.skipif(
+    not CONTAINMENT.contained, reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}"
+)
 
-PROBES = ["shadow", "secret", "proc_sys", "dev", "outside", "unix", "tcp", "ps", "forks", "memory", "daemon",
-          "sleep", "stdout"]
+PROBES = [
+    "shadow",
+    "secret",
+    "proc_sys",
+    "dev",
+    "outside",
+    "unix",
+    "tcp",
+    "ps",
+    "forks",
+    "memory",
+    "daemon",
+    "sleep",
+    "stdout",
+]
 
 PROBE_CODE = '''
 
@@ -75,7 +89,8 @@ def _attempt(name):
         return "connected"
     if name == "ps":
         pids = [p for p in _os.listdir("/proc") if p.isdigit()]
-        lines = [open(f"/proc/{{p}}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace") for p in pids]
+        lines = [open(f"/proc/{{p}}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
+                 for p in pids]
         raise PermissionError(_json.dumps({{"visible": lines}}))
     if name == "forks":
         kids = []
@@ -122,7 +137,7 @@ def probe(name: str) -> dict:
     raise _HTTPException(status_code=400, detail=_json.dumps(out))
 '''
 
-VERIFIER_CODE = '''
+VERIFIER_CODE = """
 def verify_task_completion(initial_db_path, final_db_path, final_answer=None):
     import os, socket
     conf = {conf!r}
@@ -139,7 +154,7 @@ def verify_task_completion(initial_db_path, final_db_path, final_answer=None):
         except BaseException as exc:
             got[name] = type(exc).__name__
     return {{"result": "others", "probes": got}}
-'''
+"""
 
 
 class Listener:
@@ -181,8 +196,9 @@ def _scenario_copy(dst: Path, conf: dict) -> Path:
         code = rec["full_code"].split('\nif __name__ == "__main__":')[0]
         rec["full_code"] = code + PROBE_CODE.format(conf=conf)
     (dst / "gen_envs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in envs))
-    vers = [json.loads(line) for line in (dst / "gen_verifier.pure_code.jsonl").read_text().splitlines()
-            if line.strip()]
+    vers = [
+        json.loads(line) for line in (dst / "gen_verifier.pure_code.jsonl").read_text().splitlines() if line.strip()
+    ]
     for rec in vers:
         if rec["task_idx"] == 1:
             rec["verification"] = {**rec["verification"], "code": VERIFIER_CODE.format(conf=conf)}
@@ -223,11 +239,24 @@ def attack(tmp_path_factory):
     secret.write_text(f"TOP-SECRET-{marker}")
     os.chmod(secret, 0o600)
     listener = Listener(tmp / "host.sock")
-    conf = {"secret": str(secret), "unix": str(tmp / "host.sock"), "port": listener.port, "marker": marker,
-            "outside": str(tmp / "outside.txt")}
+    conf = {
+        "secret": str(secret),
+        "unix": str(tmp / "host.sock"),
+        "port": listener.port,
+        "marker": marker,
+        "outside": str(tmp / "outside.txt"),
+    }
     data = _scenario_copy(tmp / "scenarios", conf)
-    scripts = [{"task_idx": 1, "scenario": "library_1", "label": p, "verify": False,
-                "calls": [{"tool_name": "probe", "arguments": {"name": p}}]} for p in PROBES]
+    scripts = [
+        {
+            "task_idx": 1,
+            "scenario": "library_1",
+            "label": p,
+            "verify": False,
+            "calls": [{"tool_name": "probe", "arguments": {"name": p}}],
+        }
+        for p in PROBES
+    ]
     scripts.append({"task_idx": 1, "scenario": "library_1", "label": "verifier", "verify": True, "calls": []})
     replay = tmp / "replay.jsonl"
     replay.write_text("".join(json.dumps(s) + "\n" for s in scripts))
@@ -235,18 +264,41 @@ def attack(tmp_path_factory):
     before = descendant_pids()
     out = tmp / "out"
     t0 = time.perf_counter()
-    rc = capture.main(["--data", str(data), "--scenario", "library_1", "--policy", f"replay:{replay}",
-                       "--episodes", str(len(scripts)), "--output", str(out),
-                       "--tool-timeout", "4"])
+    rc = capture.main(
+        [
+            "--data",
+            str(data),
+            "--scenario",
+            "library_1",
+            "--policy",
+            f"replay:{replay}",
+            "--episodes",
+            str(len(scripts)),
+            "--output",
+            str(out),
+            "--tool-timeout",
+            "4",
+        ]
+    )
     seconds = time.perf_counter() - t0
     time.sleep(0.3)
     listener.close()
     episodes = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
-    yield {"rc": rc, "episodes": episodes, "log": (out / "capture_log.txt").read_text(), "marker": marker,
-           "secret": secret.read_text(), "listener": listener, "conf": conf, "core_pattern": core_pattern,
-           "leftover_pids": descendant_pids() - before, "marker_pids": _marker_processes(marker),
-           "our_dirs": _our_runtime_dirs(),
-           "seconds": seconds, "raw": "\n".join(f.read_text() for f in out.glob("*.jsonl"))}
+    yield {
+        "rc": rc,
+        "episodes": episodes,
+        "log": (out / "capture_log.txt").read_text(),
+        "marker": marker,
+        "secret": secret.read_text(),
+        "listener": listener,
+        "conf": conf,
+        "core_pattern": core_pattern,
+        "leftover_pids": descendant_pids() - before,
+        "marker_pids": _marker_processes(marker),
+        "our_dirs": _our_runtime_dirs(),
+        "seconds": seconds,
+        "raw": "\n".join(f.read_text() for f in out.glob("*.jsonl")),
+    }
 
 
 def _probe(attack, name: str) -> dict:
@@ -324,4 +376,3 @@ def test_nothing_left_running_or_on_disk(attack):
     assert attack["leftover_pids"] == set()
     assert attack["marker_pids"] == []  # the double-forked, setsid daemon died with its sandbox
     assert attack["our_dirs"] == []
-

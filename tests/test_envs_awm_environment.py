@@ -19,11 +19,13 @@ from echo_trl.envs.awm.pool import ServerPool
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
-SUBSCRIBED = ("def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
-              "    import sqlite3\n"
-              "    c = sqlite3.connect(final_db_path)\n"
-              "    n = c.execute('select count(*) from user_subscriptions where user_id=1 and channel_id=1').fetchone()[0]\n"
-              "    return {'result': 'complete' if n else 'others'}\n")
+SUBSCRIBED = (
+    "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
+    "    import sqlite3\n"
+    "    c = sqlite3.connect(final_db_path)\n"
+    "    n = c.execute('select count(*) from user_subscriptions where user_id=1 and channel_id=1').fetchone()[0]\n"
+    "    return {'result': 'complete' if n else 'others'}\n"
+)
 
 
 def _scenario():
@@ -43,8 +45,11 @@ def factory():
 
 
 def _tool_names(cls) -> list[str]:
-    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if not n.startswith("_") and n not in ("reset", "get_reward")]
+    return [
+        n
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
 
 
 def test_tools_are_methods_trl_and_transformers_accept(factory):
@@ -68,8 +73,12 @@ def test_schema_defaults_and_enums_reach_the_schema_trl_derives(factory):
 
     cls = factory.environment_class
     props = [p for t in cls._tools for p in (t["inputSchema"].get("properties") or {}).values()]
-    derived = [p for n in _tool_names(cls) if n != "verify"
-               for p in get_json_schema(getattr(cls, n))["function"]["parameters"]["properties"].values()]
+    derived = [
+        p
+        for n in _tool_names(cls)
+        if n != "verify"
+        for p in get_json_schema(getattr(cls, n))["function"]["parameters"]["properties"].values()
+    ]
     assert len(derived) == len(props)
     with_default = sum("default" in p for p in props)
     assert with_default == 16  # content_platform_1's MCP schemas (what the issue counted)
@@ -80,9 +89,22 @@ def test_schema_defaults_and_enums_reach_the_schema_trl_derives(factory):
 def test_argument_docs_keep_defaults_and_choices_json_schema_parses():
     from transformers.utils import get_json_schema
 
-    tool = {"name": "t", "description": "T.", "inputSchema": {"type": "object", "properties": {
-        "order": {"type": "string", "enum": ["asc", "desc"], "default": "asc", "description": "Sort (a) order."},
-        "n": {"type": "integer", "default": 5}}}}
+    tool = {
+        "name": "t",
+        "description": "T.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "order": {
+                    "type": "string",
+                    "enum": ["asc", "desc"],
+                    "default": "asc",
+                    "description": "Sort (a) order.",
+                },
+                "n": {"type": "integer", "default": 5},
+            },
+        },
+    }
     schema = get_json_schema(make_tool_method(tool, "t"))["function"]["parameters"]["properties"]
     assert schema["order"]["enum"] == ["asc", "desc"]
     assert schema["order"]["description"] == 'Sort (a) order. (default: "asc")'
@@ -167,11 +189,19 @@ def test_make_tool_method_maps_names_and_drops_unset_optionals():
             calls.append((name, arguments))
             return "ok"
 
-    tool = {"name": "odd-tool", "description": "Does things.", "inputSchema": {
-        "type": "object", "required": ["user-id"],
-        "properties": {"user-id": {"type": "integer", "description": "who"},
-                       "tags": {"type": "array", "items": {"type": "string"}},
-                       "class": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}
+    tool = {
+        "name": "odd-tool",
+        "description": "Does things.",
+        "inputSchema": {
+            "type": "object",
+            "required": ["user-id"],
+            "properties": {
+                "user-id": {"type": "integer", "description": "who"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "class": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            },
+        },
+    }
     m = make_tool_method(tool, "odd_tool")
     params = list(inspect.signature(m).parameters)
     assert params == ["self", "user_id", "tags", "tool_class"]
@@ -190,9 +220,19 @@ def test_plain_grpo_trainer_runs_online_steps(factory, tmp_path):
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     ds = awm_task_dataset(factory.environment_class._scenario, [0], repeats=4)
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=16, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
-                      max_tool_calling_iterations=2, bf16=False)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=16,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        max_tool_calling_iterations=2,
+        bf16=False,
+    )
     trainer = GRPOTrainer(model=model, processing_class=tok, args=args, train_dataset=ds, environment_factory=factory)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]

@@ -60,7 +60,12 @@ def test_tool_calls_become_the_right_observations_and_roles(runtime):
     record = ep.record()
     ep.close()
     assert [s["observation"]["reward_type"] for s in record["steps"]] == [
-        "tool_call_ok", "tool_call_ok", "server_error", "invalid_args", "no_verifier"]
+        "tool_call_ok",
+        "tool_call_ok",
+        "server_error",
+        "invalid_args",
+        "no_verifier",
+    ]
     assert record["reward"] == -1.0 and record["metadata"]["format_errors"] == 1
     record["steps"].pop()  # the roles of the tool steps
     traj = awm_episode_to_trajectory(record)
@@ -94,8 +99,11 @@ def test_verify_without_verifier_and_episodes_load(runtime, tmp_path):
     ep = runtime.new_episode(3)
     ep.call_tool("search_videos", {"query": "x"})
     obs = ep.verify(final_answer="done")
-    assert obs["reward_type"] == "no_verifier" and obs["done"] and "no code verifier" in obs["verify_result"][
-        "error_message"]
+    assert (
+        obs["reward_type"] == "no_verifier"
+        and obs["done"]
+        and "no code verifier" in obs["verify_result"]["error_message"]
+    )
     import json
 
     (tmp_path / "ep.jsonl").write_text(json.dumps(ep.record()) + "\n")
@@ -107,9 +115,9 @@ def test_verify_without_verifier_and_episodes_load(runtime, tmp_path):
 def test_classify_tool_error():
     assert classify_tool_error("Unknown tool: x", known_tool=False) == "tool_not_found"
     assert classify_tool_error("Input validation error: 'a' is a required property", known_tool=True) == "invalid_args"
-    assert classify_tool_error('Error calling x. Status code: 422. Response: {}', known_tool=True) == "invalid_args"
-    assert classify_tool_error('Error calling x. Status code: 404. Response: {}', known_tool=True) == "tool_error"
-    assert classify_tool_error('Error calling x. Status code: 500. Response: {}', known_tool=True) == "server_error"
+    assert classify_tool_error("Error calling x. Status code: 422. Response: {}", known_tool=True) == "invalid_args"
+    assert classify_tool_error("Error calling x. Status code: 404. Response: {}", known_tool=True) == "tool_error"
+    assert classify_tool_error("Error calling x. Status code: 500. Response: {}", known_tool=True) == "server_error"
 
 
 def _runtime_dirs() -> set[str]:
@@ -121,8 +129,14 @@ def test_fault_server_killed_mid_episode_and_hanging_verifier():
     children_before = descendant_pids()
     dirs_before = _runtime_dirs()
     sc = _source().load("content_platform_1")
-    sc.verifiers[(0, "code")] = VerifierSpec(sc.name, 0, "code", "def verify_task_completion(a, b):\n"
-                                             "    while True:\n        pass\n", "verify_task_completion", "test")
+    sc.verifiers[(0, "code")] = VerifierSpec(
+        sc.name,
+        0,
+        "code",
+        "def verify_task_completion(a, b):\n    while True:\n        pass\n",
+        "verify_task_completion",
+        "test",
+    )
     rt = AWMRuntime(sc, verifier_timeout=2.0, tool_timeout=10.0).start()
     root = rt.root
     try:
@@ -165,9 +179,6 @@ def test_closed_runtime_refuses_and_db_is_consistent(runtime):
     rt.close()
     with pytest.raises(RuntimeError, match="closed"):
         rt.new_episode(0)
-
-
-
 
 
 def test_dirs_of_killed_runs_are_removed_on_next_start(tmp_path):

@@ -21,8 +21,8 @@ import pytest
 from conftest import descendant_pids
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
-from echo_trl.data.awm import load_awm_episodes
 from echo_trl.commands.cli import main as cli
+from echo_trl.data.awm import load_awm_episodes
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
 from echo_trl.envs.awm.policy import ReplayPolicy, Script
@@ -53,31 +53,66 @@ def standin_app(runtime: AWMRuntime):
                 if kind == "reset":
                     data = msg.get("data") or {}
                     if data.get("scenario") != runtime.scenario.name:
-                        reply = obs_payload({"reward_type": "reset_error",
-                                             "error": f"Scenario '{data.get('scenario')}' not found"})
+                        reply = obs_payload(
+                            {"reward_type": "reset_error", "error": f"Scenario '{data.get('scenario')}' not found"}
+                        )
                     else:
                         episode = await asyncio.to_thread(runtime.new_episode, data.get("task_idx"))
-                        reply = obs_payload({"reward_type": "reset_ok", "scenario": runtime.scenario.name,
-                                             "task": episode.task, "task_idx": episode.task_idx,
-                                             "num_tools": len(runtime.tools)})
+                        reply = obs_payload(
+                            {
+                                "reward_type": "reset_ok",
+                                "scenario": runtime.scenario.name,
+                                "task": episode.task,
+                                "task_idx": episode.task_idx,
+                                "num_tools": len(runtime.tools),
+                            }
+                        )
                 elif kind == "step":
                     action = msg.get("data") or {}
                     if action.get("type") == "list_tools":
-                        reply = {"type": "observation", "data": {"observation": {"tools": [
-                            {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-                            for t in runtime.tools]}, "reward": None, "done": False}}
+                        reply = {
+                            "type": "observation",
+                            "data": {
+                                "observation": {
+                                    "tools": [
+                                        {
+                                            "name": t["name"],
+                                            "description": t["description"],
+                                            "input_schema": t["inputSchema"],
+                                        }
+                                        for t in runtime.tools
+                                    ]
+                                },
+                                "reward": None,
+                                "done": False,
+                            },
+                        }
                     elif action.get("tool_name") == "done":
                         reply = obs_payload({"reward_type": "episode_done"}, 0.0, True)
                     elif action.get("tool_name") == "verify":
-                        obs = await asyncio.to_thread(episode.verify, (action.get("arguments") or {}).get("final_answer"))
-                        reply = obs_payload({**obs, "tool_name": None, "scenario": episode.scenario, "task": episode.task,
-                                             "task_idx": episode.task_idx}, rewards.reward(obs["reward_type"]))
+                        obs = await asyncio.to_thread(
+                            episode.verify, (action.get("arguments") or {}).get("final_answer")
+                        )
+                        reply = obs_payload(
+                            {
+                                **obs,
+                                "tool_name": None,
+                                "scenario": episode.scenario,
+                                "task": episode.task,
+                                "task_idx": episode.task_idx,
+                            },
+                            rewards.reward(obs["reward_type"]),
+                        )
                     else:
                         obs = await asyncio.to_thread(episode.call_tool, action["tool_name"], action.get("arguments"))
-                        reply = obs_payload(obs, rewards.reward(obs["reward_type"]) if obs["reward_type"] != "tool_call_ok"
-                                            else 0.0)
+                        reply = obs_payload(
+                            obs, rewards.reward(obs["reward_type"]) if obs["reward_type"] != "tool_call_ok" else 0.0
+                        )
                 else:
-                    reply = {"type": "error", "data": {"message": f"Unknown message type: {kind}", "code": "UNKNOWN_TYPE"}}
+                    reply = {
+                        "type": "error",
+                        "data": {"message": f"Unknown message type: {kind}", "code": "UNKNOWN_TYPE"},
+                    }
                 await websocket.send_text(json.dumps(reply))
         except WebSocketDisconnect:
             pass
@@ -91,9 +126,12 @@ def server():
         pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
     import uvicorn
 
-    runtime = AWMRuntime(ScenarioSource.from_dir(SAMPLES).load("content_platform_1"),
-                         format_error_ends_episode=False).start()
-    config = uvicorn.Config(standin_app(runtime), host="127.0.0.1", port=0, log_level="warning", ws="websockets-sansio")
+    runtime = AWMRuntime(
+        ScenarioSource.from_dir(SAMPLES).load("content_platform_1"), format_error_ends_episode=False
+    ).start()
+    config = uvicorn.Config(
+        standin_app(runtime), host="127.0.0.1", port=0, log_level="warning", ws="websockets-sansio"
+    )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -115,7 +153,9 @@ def test_client_protocol(server):
         tools = client.list_tools()
         assert len(tools) == 34 and set(tools[0]) == {"name", "description", "inputSchema"}
         step = client.step("search_channels", {"query": "Kurz"})
-        assert step["observation"]["reward_type"] == "tool_call_ok" and "Kurzgesagt" in step["observation"]["tool_result"]
+        assert (
+            step["observation"]["reward_type"] == "tool_call_ok" and "Kurzgesagt" in step["observation"]["tool_result"]
+        )
         with pytest.raises(OpenEnvError, match="reset failed: Scenario 'nope' not found"):
             client.reset(scenario="nope")
         with pytest.raises(OpenEnvError, match="Unknown message type"):
@@ -125,9 +165,16 @@ def test_client_protocol(server):
 
 
 def test_capture_from_openenv_server(server, tmp_path):
-    policy = ReplayPolicy([Script(0, [("search_channels", {"query": "Kurzgesagt"}),
-                                      ("subscribe_to_channel", {"channel_id": 1})], label="reference"),
-                           Script(0, [("subscribe", {"x": 1})], label="unknown tool")])
+    policy = ReplayPolicy(
+        [
+            Script(
+                0,
+                [("search_channels", {"query": "Kurzgesagt"}), ("subscribe_to_channel", {"channel_id": 1})],
+                label="reference",
+            ),
+            Script(0, [("subscribe", {"x": 1})], label="unknown tool"),
+        ]
+    )
     rec = capture_openenv_episode(server, "content_platform_1", 0, policy)
     assert [s["action"]["tool_name"] for s in rec["steps"]] == ["search_channels", "subscribe_to_channel", "verify"]
     assert rec["steps"][-1]["observation"]["verify_result"]["result"] == "others"
@@ -135,8 +182,9 @@ def test_capture_from_openenv_server(server, tmp_path):
     bad = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1)
     assert bad["reward"] == -1.0 and bad["steps"][0]["observation"]["error"] == "Unknown tool: subscribe"
     assert bad["steps"][-1]["action"]["tool_name"] == "verify"  # AWM: the episode went on to the verifier
-    stop = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1,
-                                   stop_on_format_error=True, verify_turn="omit")
+    stop = capture_openenv_episode(
+        server, "content_platform_1", 0, policy, episode_index=1, stop_on_format_error=True, verify_turn="omit"
+    )
     assert stop["reward"] == -1.0 and [s["action"]["tool_name"] for s in stop["steps"]] == ["subscribe"]
     omit = capture_openenv_episode(server, "content_platform_1", 0, policy, verify_turn="omit")
     assert [s["action"]["tool_name"] for s in omit["steps"]] == ["search_channels", "subscribe_to_channel"]
@@ -154,8 +202,12 @@ def test_awm_agent_turns_on_an_openenv_server(server):
     with OpenEnvAWMClient(server) as client:
         ep = RemoteEpisode(client, "content_platform_1", 0)
         assert agent_reply(ep, awm_agent.action_for_call("list_tools")).startswith("Available MCP Tools (34 tools):")
-        reply = agent_reply(ep, awm_agent.action_for_call("call_tool", {"tool_name": "mcp_tool_search_channels",
-                                                                        "arguments": '{"query": "Kurzgesagt"}'}))
+        reply = agent_reply(
+            ep,
+            awm_agent.action_for_call(
+                "call_tool", {"tool_name": "mcp_tool_search_channels", "arguments": '{"query": "Kurzgesagt"}'}
+            ),
+        )
         assert "Kurzgesagt" in reply
         assert agent_reply(ep, awm_agent.action_for_call("subscribe")) == awm_agent.unknown_tool_text("subscribe")
         assert ep.verify()["reward_type"] == "no_verifier" and ep.reward == -1.0 and ep.format_errors == 1
@@ -165,11 +217,29 @@ def test_awm_agent_turns_on_an_openenv_server(server):
 
 def test_capture_cli_openenv(server, tmp_path):
     replay = tmp_path / "r.jsonl"
-    replay.write_text(json.dumps({"task_idx": 2, "calls": [{"tool_name": "search_videos",
-                                                            "arguments": {"query": "Spanish"}}]}) + "\n")
+    replay.write_text(
+        json.dumps({"task_idx": 2, "calls": [{"tool_name": "search_videos", "arguments": {"query": "Spanish"}}]})
+        + "\n"
+    )
     out = tmp_path / "out"
-    assert cli(["capture", "--openenv", server, "--scenario", "content_platform_1", "--policy", f"replay:{replay}",
-                "--episodes", "2", "--output", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "capture",
+                "--openenv",
+                server,
+                "--scenario",
+                "content_platform_1",
+                "--policy",
+                f"replay:{replay}",
+                "--episodes",
+                "2",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     trajs, skipped = load_awm_episodes([out])
     assert len(trajs) == 2 and not skipped and trajs[0].task_idx == 2
 
@@ -207,10 +277,14 @@ def _not_openenv(kind: str):
     else:
         from websockets.sync.server import serve
 
-        reply = {"ws_list": "[1, 2]", "ws_data_str": json.dumps({"type": "observation", "data": "x"}),
-                 "ws_error_str": json.dumps({"type": "error", "data": "boom"}), "ws_text": "hello",
-                 "ws_obs_list": json.dumps({"type": "observation", "data": {"observation": [1]}}),
-                 "ws_tools_str": json.dumps({"type": "observation", "data": {"observation": {"tools": "x"}}})}[kind]
+        reply = {
+            "ws_list": "[1, 2]",
+            "ws_data_str": json.dumps({"type": "observation", "data": "x"}),
+            "ws_error_str": json.dumps({"type": "error", "data": "boom"}),
+            "ws_text": "hello",
+            "ws_obs_list": json.dumps({"type": "observation", "data": {"observation": [1]}}),
+            "ws_tools_str": json.dumps({"type": "observation", "data": {"observation": {"tools": "x"}}}),
+        }[kind]
 
         def handler(ws):
             with contextlib.suppress(Exception):
@@ -223,11 +297,20 @@ def _not_openenv(kind: str):
             srv.shutdown()
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("nothing", "cannot connect to"), ("plain_http", "cannot connect to"), ("silent_tcp", "cannot connect to"),
-    ("ws_list", "malformed reply from"), ("ws_data_str", "malformed reply from"),
-    ("ws_error_str", "malformed reply from"), ("ws_text", "malformed reply from"),
-    ("ws_obs_list", "malformed reply from"), ("ws_tools_str", "malformed list_tools reply from")])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("nothing", "cannot connect to"),
+        ("plain_http", "cannot connect to"),
+        ("silent_tcp", "cannot connect to"),
+        ("ws_list", "malformed reply from"),
+        ("ws_data_str", "malformed reply from"),
+        ("ws_error_str", "malformed reply from"),
+        ("ws_text", "malformed reply from"),
+        ("ws_obs_list", "malformed reply from"),
+        ("ws_tools_str", "malformed list_tools reply from"),
+    ],
+)
 def test_client_fails_clearly_on_a_url_that_is_not_openenv(kind, message):
     children = descendant_pids()
     with _not_openenv(kind) as url:

@@ -58,8 +58,11 @@ def test_simulated_workload_keeps_the_bound_and_never_evicts_a_server_in_use(bou
     for scenario, hold in ops:
         d = choose_slot(list(slots.values()), scenario, None, bound)
         if d.action == "wait":
-            assert all(s.in_use for s in slots.values()) or any(
-                s.scenario == scenario for s in slots.values()) and len(slots) == bound
+            assert (
+                all(s.in_use for s in slots.values())
+                or any(s.scenario == scenario for s in slots.values())
+                and len(slots) == bound
+            )
             if held:  # the busy call ends
                 slots[held.pop(0)].in_use = False
             continue
@@ -136,7 +139,7 @@ def test_a_dead_server_is_replaced_and_the_session_goes_on(scenarios):
         ep = pool.new_episode("library_1", 0)
         ep.call_tool("search_members", {"query": "Priya Raman"})
         ep.call_tool("checkout_copy", {"member_id": 1, "barcode": "31994002104119"})
-        (_, pid), = pool.live_servers()
+        ((_, pid),) = pool.live_servers()
         os.killpg(pid, signal.SIGKILL)
         time.sleep(0.2)
         obs = ep.call_tool("list_member_loans", {"member_id": 1})  # a new server, the session's own database
@@ -185,8 +188,9 @@ def test_benchmark_smoke(capsys):
     sys.path.insert(0, str(REPO / "benchmarks"))
     import awm_pool
 
-    out = awm_pool.main(["--json", "--scenarios", "2", "--pools", "1", "2", "--episodes", "2", "--prompts", "2",
-                         "--generations", "1"])
+    out = awm_pool.main(
+        ["--json", "--scenarios", "2", "--pools", "1", "2", "--episodes", "2", "--prompts", "2", "--generations", "1"]
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(out))
     assert set(out["per_pool"]) == {"1", "2"}
     assert all(r["all_rewards_complete"] and r["episodes_per_s"] > 0 for r in out["per_pool"].values())

@@ -21,8 +21,9 @@ from echo_trl.envs.awm.scenario import ScenarioSource
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
 CONTAINMENT = sandbox.detect_containment()
-needs_bwrap = pytest.mark.skipif(not CONTAINMENT.contained,
-                                 reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+needs_bwrap = pytest.mark.skipif(
+    not CONTAINMENT.contained, reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}"
+)
 
 
 def _run(tmp_path, code: str, containment: sandbox.Containment, **env) -> dict:
@@ -31,8 +32,14 @@ def _run(tmp_path, code: str, containment: sandbox.Containment, **env) -> dict:
     os.chmod(tmp_path, 0o755)
     log = tmp_path / "log.txt"
     with open(log, "wb") as fh:
-        proc = sandbox.spawn([sys.executable, "-I", "-c", textwrap.dedent(code)], cwd=str(work), writable=[str(work)],
-                             env=env, stdout=fh, containment=containment)
+        proc = sandbox.spawn(
+            [sys.executable, "-I", "-c", textwrap.dedent(code)],
+            cwd=str(work),
+            writable=[str(work)],
+            env=env,
+            stdout=fh,
+            containment=containment,
+        )
     try:
         proc.wait(timeout=60)
     finally:
@@ -48,7 +55,9 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     port = listener.getsockname()[1]
-    out = _run(tmp_path, f"""
+    out = _run(
+        tmp_path,
+        f"""
         import json, os, resource, socket
         res = {{"env": sorted(os.environ), "uid": os.getuid(), "gid": os.getgid(), "root": sorted(os.listdir("/")),
                 "tmp": os.listdir("/tmp"), "pids": [p for p in os.listdir("/proc") if p.isdigit()],
@@ -66,7 +75,9 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
             except OSError as e:
                 res[name] = type(e).__name__
         json.dump(res, open("out.json", "w"))
-    """, CONTAINMENT)
+    """,
+        CONTAINMENT,
+    )
     listener.close()
     assert "HF_TOKEN" not in out["env"] and "PATH" in out["env"]
     assert out["uid"] == out["gid"] == sandbox.SANDBOX_UID
@@ -75,22 +86,39 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     # the episode dir's parent exists in there only as an empty dir on the private /tmp: never the host's
     assert not (tmp_path / "outside.txt").exists()
     assert out["usr"] in ("OSError", "PermissionError") and out["tmp"] == "written"  # private /tmp
-    allowed = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr",
-               *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, str(tmp_path)))}
+    allowed = {
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "sbin",
+        "tmp",
+        "usr",
+        *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, str(tmp_path))),
+    }
     assert set(out["root"]) <= allowed and "home" not in out["root"] and "run" not in out["root"]
     assert len(out["pids"]) < 5  # its own pid namespace
     limits = sandbox.SERVER_LIMITS
     assert out["limits"]["RLIMIT_CORE"] == [0, 0]
-    assert out["limits"]["RLIMIT_AS"][0] == limits.address_space and out["limits"]["RLIMIT_NPROC"][0] == limits.processes
-    assert out["limits"]["RLIMIT_FSIZE"][0] == limits.file_size and out["limits"]["RLIMIT_CPU"][0] == limits.cpu_seconds
+    assert (
+        out["limits"]["RLIMIT_AS"][0] == limits.address_space and out["limits"]["RLIMIT_NPROC"][0] == limits.processes
+    )
+    assert (
+        out["limits"]["RLIMIT_FSIZE"][0] == limits.file_size and out["limits"]["RLIMIT_CPU"][0] == limits.cpu_seconds
+    )
 
 
 @needs_bwrap
 def test_command_binds_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
     work = str(tmp_path)
-    cmd = sandbox.build_command(["true"], cwd=work, writable=[work], readonly=[], env={}, limits=sandbox.SERVER_LIMITS,
-                                containment=CONTAINMENT)
-    inner = cmd[cmd.index("--unshare-user"):]
+    cmd = sandbox.build_command(
+        ["true"], cwd=work, writable=[work], readonly=[], env={}, limits=sandbox.SERVER_LIMITS, containment=CONTAINMENT
+    )
+    inner = cmd[cmd.index("--unshare-user") :]
     sources = {inner[i + 1] for i, a in enumerate(inner) if a in ("--bind", "--ro-bind", "--dev-bind")}
     assert work in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
     assert not any(s.startswith(("/home", "/run", "/var")) for s in sources)
@@ -98,7 +126,9 @@ def test_command_binds_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
 
 
 def test_limits_become_prlimit_arguments():
-    args = sandbox.Limits(address_space=1 << 30, cpu_seconds=5, file_size=None, open_files=8, processes=4).prlimit_args()
+    args = sandbox.Limits(
+        address_space=1 << 30, cpu_seconds=5, file_size=None, open_files=8, processes=4
+    ).prlimit_args()
     assert args == ["--core=0", f"--as={1 << 30}", "--cpu=5", "--nofile=8", "--nproc=4"]
 
 
@@ -123,8 +153,17 @@ def test_capture_refuses_without_containment_and_runs_with_explicit_unsafe(monke
     monkeypatch.setenv(sandbox.BWRAP_ENV, str(tmp_path / "no-such-bwrap"))
     monkeypatch.setattr(sandbox, "_detected", None)
     replay = tmp_path / "replay.jsonl"
-    replay.write_text(json.dumps({"task_idx": 0, "scenario": "library_1", "verify": False, "calls": [
-        {"tool_name": "get_member", "arguments": {"member_id": 1}}]}) + "\n")
+    replay.write_text(
+        json.dumps(
+            {
+                "task_idx": 0,
+                "scenario": "library_1",
+                "verify": False,
+                "calls": [{"tool_name": "get_member", "arguments": {"member_id": 1}}],
+            }
+        )
+        + "\n"
+    )
     base = ["capture", "--data", str(DATA), "--scenario", "library_1", "--policy", f"replay:{replay}"]
     try:
         assert cli_main([*base, "--output", str(tmp_path / "refused")]) == 2
@@ -150,8 +189,12 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
     work = tmp_path / "w"
     work.mkdir()
     os.chmod(tmp_path, 0o755)
-    proc = sandbox.spawn([sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); "
-                          "time.sleep(300)"], cwd=str(work), writable=[str(work)], containment=containment)
+    proc = sandbox.spawn(
+        [sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); time.sleep(300)"],
+        cwd=str(work),
+        writable=[str(work)],
+        containment=containment,
+    )
     deadline = time.monotonic() + 10
     sleeping = []
     while not sleeping and time.monotonic() < deadline:
@@ -170,10 +213,14 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
 
 def test_uncontained_run_still_gets_a_clean_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_should_not_leak")
-    out = _run(tmp_path, """
+    out = _run(
+        tmp_path,
+        """
         import json, os, resource
         json.dump({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}, open("out.json", "w"))
-    """, sandbox.UNSAFE)
+    """,
+        sandbox.UNSAFE,
+    )
     assert "HF_TOKEN" not in out["env"] and out["core"] == [0, 0]
     assert sandbox.UNSAFE.applied()[0].startswith("NONE")
 
@@ -199,8 +246,9 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
             kids.append(pid)
         json.dump([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], open("out.json", "w"))
     """)
-    proc = sandbox.spawn([sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits,
-                         containment=CONTAINMENT)
+    proc = sandbox.spawn(
+        [sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits, containment=CONTAINMENT
+    )
     groups = list(proc.cgroups)
     assert groups and all((g / "cgroup.procs").exists() for g in groups)
     try:

@@ -29,8 +29,14 @@ def test_local_dir_loads_partial_scenarios(samples):
     cp = src.load("content_platform_1")
     assert len(cp.tasks) == 10 and cp.env_code and cp.db_schema and cp.sample_data and not cp.verifiers
     ec = src.load("e_commerce_33")
-    assert ec.env_code is None and sorted(ec.verifiers) == [(0, "code"), (0, "sql"), (1, "code"), (1, "sql"),
-                                                              (2, "code"), (2, "sql")]
+    assert ec.env_code is None and sorted(ec.verifiers) == [
+        (0, "code"),
+        (0, "sql"),
+        (1, "code"),
+        (1, "sql"),
+        (2, "code"),
+        (2, "sql"),
+    ]
     assert ec.verifier(0, "code").function == "verify_task_completion"
     assert ec.verifier(2, "sql").function == "verify_task"
     with pytest.raises(ScenarioError, match=r"scenario 'e_commerce_33'.*env_code.*gen_envs.jsonl"):
@@ -51,14 +57,27 @@ def _bad_dir(tmp_path: Path, samples: Path, mutate) -> Path:
     return d
 
 
-@pytest.mark.parametrize("file,edit,pattern", [
-    ("gen_db.jsonl", lambda r: r["db_schema"]["tables"][3].__setitem__("ddl", 7),
-     r"scenario 'content_platform_1': gen_db.jsonl:2: db_schema.tables\[3\].ddl: expected str, got int"),
-    ("gen_db.jsonl", lambda r: r.pop("db_schema"), r"gen_db.jsonl:2: db_schema: missing"),
-    ("gen_sample.jsonl", lambda r: r["sample_data"]["tables"][0]["insert_statements"].append(None),
-     r"sample_data.tables\[0\].insert_statements\[\d+\]: expected a SQL string"),
-    ("gen_tasks.jsonl", lambda r: r["tasks"].__setitem__(4, ""), r"gen_tasks.jsonl:2: tasks\[4\]: expected a non-empty"),
-])
+@pytest.mark.parametrize(
+    "file,edit,pattern",
+    [
+        (
+            "gen_db.jsonl",
+            lambda r: r["db_schema"]["tables"][3].__setitem__("ddl", 7),
+            r"scenario 'content_platform_1': gen_db.jsonl:2: db_schema.tables\[3\].ddl: expected str, got int",
+        ),
+        ("gen_db.jsonl", lambda r: r.pop("db_schema"), r"gen_db.jsonl:2: db_schema: missing"),
+        (
+            "gen_sample.jsonl",
+            lambda r: r["sample_data"]["tables"][0]["insert_statements"].append(None),
+            r"sample_data.tables\[0\].insert_statements\[\d+\]: expected a SQL string",
+        ),
+        (
+            "gen_tasks.jsonl",
+            lambda r: r["tasks"].__setitem__(4, ""),
+            r"gen_tasks.jsonl:2: tasks\[4\]: expected a non-empty",
+        ),
+    ],
+)
 def test_bad_scenario_data_names_scenario_file_and_field(tmp_path, samples, file, edit, pattern):
     def mutate(f, lines):
         if f == file:
@@ -72,7 +91,9 @@ def test_bad_scenario_data_names_scenario_file_and_field(tmp_path, samples, file
 def test_failing_ddl_is_a_clear_error(tmp_path, samples):
     def mutate(f, lines):
         if f == "gen_db.jsonl":
-            next(x for x in lines if x["scenario"] == "content_platform_1")["db_schema"]["tables"][1]["ddl"] = "CREATE NONSENSE"
+            next(x for x in lines if x["scenario"] == "content_platform_1")["db_schema"]["tables"][1]["ddl"] = (
+                "CREATE NONSENSE"
+            )
 
     sc = ScenarioSource.from_dir(_bad_dir(tmp_path, samples, mutate)).load("content_platform_1")
     with pytest.raises(ScenarioError, match=r"content_platform_1.*db_schema.tables\[1\].ddl: DDL failed"):

@@ -136,8 +136,9 @@ def test_taken_socket_path_is_taken_over(scenario, server_dir, expected_tools, s
 def test_listener_appearing_after_spawn_is_not_taken_for_ready(scenario, server_dir):
     """Our child never binds (its app hangs at import); a foreign listener takes the path: a clear timeout."""
     hung = dataclasses.replace(scenario, env_code="import time\ntime.sleep(3600)\n")
-    server = ScenarioServer(hung, server_dir, server_dir / "live.db", server_dir.parent / "server.log",
-                            start_timeout=3.0)
+    server = ScenarioServer(
+        hung, server_dir, server_dir / "live.db", server_dir.parent / "server.log", start_timeout=3.0
+    )
     listeners: list[Listener] = []
 
     def squat() -> None:
@@ -217,7 +218,8 @@ def test_initialize_answered_500_by_a_live_server_is_retried_and_nothing_else_is
         response = httpx.Response(status, request=httpx.Request("POST", "http://awm-scenario/mcp"))
         error = mcp_client.MCPError("MCP connect + initialize failed")
         error.server_error = mcp_client._server_error(
-            ExceptionGroup("anyio", [httpx.HTTPStatusError("x", request=response.request, response=response)]))
+            ExceptionGroup("anyio", [httpx.HTTPStatusError("x", request=response.request, response=response)])
+        )
         return error
 
     monkeypatch.setattr(mcp_client.MCPSession, "STARTUP_DELAY", 0.0)

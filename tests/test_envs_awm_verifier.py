@@ -37,8 +37,10 @@ def _work(tmp_path: Path, name: str) -> Path:
 
 def test_ecommerce_code_verifiers_run_on_built_databases(ecommerce, tmp_path):
     sc, d = ecommerce
-    outcomes = {k: run_verifier(sc.verifier(k, "code"), d / "initial.db", d / "final.db", _work(tmp_path, f"w{k}"),
-                                timeout=30) for k in range(3)}
+    outcomes = {
+        k: run_verifier(sc.verifier(k, "code"), d / "initial.db", d / "final.db", _work(tmp_path, f"w{k}"), timeout=30)
+        for k in range(3)
+    }
     for k, o in outcomes.items():
         assert o.verify_result["execution_status"] == "success", (k, o.verify_result, o.log)
         assert o.reward_type == "others"  # nothing was done in the database
@@ -54,8 +56,13 @@ def test_syntax_error_verifier_is_a_clear_verifier_error(ecommerce, tmp_path):
     with pytest.raises(VerifierConfigError, match="SQL-mode verifiers return evidence for an LLM judge"):
         run_verifier(spec, d / "initial.db", d / "final.db", _work(tmp_path, "nojudge"))
     calls = []
-    out = run_verifier(spec, d / "initial.db", d / "final.db", _work(tmp_path, "judge"),
-                       judge=lambda **kw: calls.append(kw) or "complete")
+    out = run_verifier(
+        spec,
+        d / "initial.db",
+        d / "final.db",
+        _work(tmp_path, "judge"),
+        judge=lambda **kw: calls.append(kw) or "complete",
+    )
     assert out.reward_type == "judge_error" and not calls
     assert out.verify_result["error_type"] == "SyntaxError"
     assert out.verify_result["error_message"].startswith("line 174:")
@@ -64,8 +71,14 @@ def test_syntax_error_verifier_is_a_clear_verifier_error(ecommerce, tmp_path):
 def test_sql_verifier_with_a_judge(ecommerce, tmp_path):
     sc, d = ecommerce
     seen = {}
-    out = run_verifier(sc.verifier(1, "sql"), d / "initial.db", d / "final.db", _work(tmp_path, "w"),
-                       judge=lambda **kw: seen.update(kw) or "incomplete", task=sc.task(1))
+    out = run_verifier(
+        sc.verifier(1, "sql"),
+        d / "initial.db",
+        d / "final.db",
+        _work(tmp_path, "w"),
+        judge=lambda **kw: seen.update(kw) or "incomplete",
+        task=sc.task(1),
+    )
     assert out.reward_type == "incomplete" and RewardConfig().reward("incomplete") == 0.1
     assert seen["task"] == sc.task(1) and isinstance(seen["verifier_result"], dict)
 
@@ -76,35 +89,49 @@ def _spec(code: str, fn: str = "verify_task_completion") -> VerifierSpec:
 
 def test_complete_exception_and_bad_return(ecommerce, tmp_path):
     _, d = ecommerce
-    ok = run_verifier(_spec("def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
-                            "    import sqlite3\n"
-                            "    n = sqlite3.connect(final_db_path).execute('select count(*) from users').fetchone()[0]\n"
-                            "    return {'result': 'complete' if n == 3 and final_answer == 'yes' else 'others'}\n"),
-                      d / "initial.db", d / "final.db", _work(tmp_path, "a"), final_answer="yes")
+    ok = run_verifier(
+        _spec(
+            "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
+            "    import sqlite3\n"
+            "    n = sqlite3.connect(final_db_path).execute('select count(*) from users').fetchone()[0]\n"
+            "    return {'result': 'complete' if n == 3 and final_answer == 'yes' else 'others'}\n"
+        ),
+        d / "initial.db",
+        d / "final.db",
+        _work(tmp_path, "a"),
+        final_answer="yes",
+    )
     assert ok.reward_type == "complete" and RewardConfig().reward(ok.reward_type) == 1.0
-    boom = run_verifier(_spec("def verify_task_completion(a, b):\n    raise KeyError('x')\n"),
-                        d / "initial.db", d / "final.db", _work(tmp_path, "b"))
+    boom = run_verifier(
+        _spec("def verify_task_completion(a, b):\n    raise KeyError('x')\n"),
+        d / "initial.db",
+        d / "final.db",
+        _work(tmp_path, "b"),
+    )
     assert boom.reward_type == "judge_error" and boom.verify_result["error_type"] == "KeyError"
     assert boom.verify_result["error_message"].startswith("line 2:")
-    bad = run_verifier(_spec("def verify_task_completion(a, b):\n    return 'complete'\n"),
-                       d / "initial.db", d / "final.db", _work(tmp_path, "c"))
+    bad = run_verifier(
+        _spec("def verify_task_completion(a, b):\n    return 'complete'\n"),
+        d / "initial.db",
+        d / "final.db",
+        _work(tmp_path, "c"),
+    )
     assert bad.reward_type == "judge_error" and bad.verify_result["error_type"] == "InvalidReturn"
 
 
 def test_hanging_verifier_is_killed_with_its_children(ecommerce, tmp_path):
     _, d = ecommerce
     before = descendant_pids()
-    code = ("def verify_task_completion(a, b):\n    import subprocess, time\n"
-            "    subprocess.Popen(['sleep', '300'])\n    while True:\n        time.sleep(1)\n")
+    code = (
+        "def verify_task_completion(a, b):\n    import subprocess, time\n"
+        "    subprocess.Popen(['sleep', '300'])\n    while True:\n        time.sleep(1)\n"
+    )
     out = run_verifier(_spec(code), d / "initial.db", d / "final.db", _work(tmp_path, "hang"), timeout=2)
     assert out.reward_type == "judge_error" and out.verify_result["execution_status"] == "timeout"
     assert "did not finish within 2s" in out.verify_result["error_message"]
     after = descendant_pids()
     assert after <= before and not sandbox.live_children()
     assert not _processes_in(tmp_path)  # the verifier's own child (sleep) died with it
-
-
-
 
 
 def _processes_in(directory: Path) -> list[int]:

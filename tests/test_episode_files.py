@@ -14,7 +14,9 @@ from echo_trl.errors import EpisodeError
 
 def test_suffixes_in_any_case_are_episode_files(tmp_path):
     (tmp_path / "A.JSON").write_text(json.dumps(openenv_episode(task_idx=0)))
-    (tmp_path / "b.JsonL").write_text(json.dumps(openenv_episode(task_idx=1)) + "\n" + json.dumps(openenv_episode(task_idx=2)))
+    (tmp_path / "b.JsonL").write_text(
+        json.dumps(openenv_episode(task_idx=1)) + "\n" + json.dumps(openenv_episode(task_idx=2))
+    )
     (tmp_path / "notes.txt").write_text("not an episode")
     kept, skipped = load_awm_episodes([tmp_path])
     assert [t.task_idx for t in kept] == [0, 1, 2] and skipped == []  # b.JsonL read line by line
@@ -31,7 +33,9 @@ def test_input_that_yields_nothing_is_an_error(tmp_path):
                 load_awm_episodes(inputs, strict=strict)
     only_bad = tmp_path / "bad.jsonl"
     only_bad.write_text('{"scenario": 1}\n')
-    with pytest.raises(EpisodeError, match=r"no valid episodes \(all 1 record\(s\) are invalid; first: .*bad.jsonl:1: "):
+    with pytest.raises(
+        EpisodeError, match=r"no valid episodes \(all 1 record\(s\) are invalid; first: .*bad.jsonl:1: "
+    ):
         load_awm_episodes([only_bad], strict=False)
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n\n")
@@ -47,7 +51,8 @@ def test_empty_directory_beside_valid_input_is_named(tmp_path):
         load_awm_episodes([good, tmp_path / "empty"])
     kept, skipped = load_awm_episodes([good, tmp_path / "empty"], strict=False)
     assert len(kept) == 1 and [(s.source, s.reason) for s in skipped] == [
-        (str(tmp_path / "empty"), f"{tmp_path / 'empty'}: no episode files (.json, .jsonl) in this directory")]
+        (str(tmp_path / "empty"), f"{tmp_path / 'empty'}: no episode files (.json, .jsonl) in this directory")
+    ]
 
 
 def test_dangling_link_and_unlistable_directory_are_named(tmp_path, monkeypatch):
@@ -71,7 +76,8 @@ def test_dangling_link_and_unlistable_directory_are_named(tmp_path, monkeypatch)
     assert [t.task_idx for t in kept] == [2]
     assert sorted(s.reason for s in skipped) == [
         f"{tmp_path / 'gone.json'}: not a regular file (a dangling link?)",
-        f"{tmp_path / 'locked'}: cannot read directory: Permission denied"]
+        f"{tmp_path / 'locked'}: cannot read directory: Permission denied",
+    ]
 
 
 def test_find_episode_files_raises_or_collects_problems(tmp_path):
@@ -81,5 +87,6 @@ def test_find_episode_files_raises_or_collects_problems(tmp_path):
         find_episode_files([tmp_path / "a.json", tmp_path / "empty"])
     problems = []
     assert find_episode_files([tmp_path / "a.json", tmp_path / "empty", tmp_path / "a.json"], problems) == [
-        tmp_path / "a.json"]
+        tmp_path / "a.json"
+    ]
     assert [p.source for p in problems] == [str(tmp_path / "empty")]

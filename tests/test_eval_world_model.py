@@ -23,11 +23,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 def _traj(i: int, scenario: str) -> Trajectory:
     return Trajectory(
         prompt=[{"role": "user", "content": f"Find order {i}."}],
-        completion=[{"role": "assistant", "content": "", "tool_calls": [tool_call("get_order", {"id": i})]},
-                    {"role": "tool", "name": "get_order", "content": f'{{"id": {i}, "status": "shipped", "n": {i * 7}}}'},
-                    {"role": "assistant", "content": "", "tool_calls": [tool_call("verify", {})]},
-                    {"role": "tool", "name": "verify", "content": "complete" if i % 2 else "incomplete"}],
-        warnings=[[], ["slow"] if i == 0 else [], [], []], reward=1.0, scenario=scenario, task_idx=i)
+        completion=[
+            {"role": "assistant", "content": "", "tool_calls": [tool_call("get_order", {"id": i})]},
+            {"role": "tool", "name": "get_order", "content": f'{{"id": {i}, "status": "shipped", "n": {i * 7}}}'},
+            {"role": "assistant", "content": "", "tool_calls": [tool_call("verify", {})]},
+            {"role": "tool", "name": "verify", "content": "complete" if i % 2 else "incomplete"},
+        ],
+        warnings=[[], ["slow"] if i == 0 else [], [], []],
+        reward=1.0,
+        scenario=scenario,
+        task_idx=i,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +101,23 @@ def test_cli_bad_model_is_exit_2(model_and_data, tmp_path, capsys):
 def test_stdout_is_exactly_one_json_object_in_a_real_process(model_and_data):
     model_dir, data_dir, _ = model_and_data
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "eval-world-model", "--model", str(model_dir),
-                           "--dataset", str(data_dir), "--json"], capture_output=True, text=True, env=env,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "echo_trl.commands.cli",
+            "eval-world-model",
+            "--model",
+            str(model_dir),
+            "--dataset",
+            str(data_dir),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["tokens_env"] > 0  # the whole stdout is one JSON document
 
@@ -108,9 +128,23 @@ def test_local_model_directory_is_never_probed_on_the_hub(model_and_data):
     model_dir, data_dir, _ = model_and_data
     hub = CountingEndpoint()
     try:
-        proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "eval-world-model", "--model", str(model_dir),
-                               "--dataset", str(data_dir), "--json"], capture_output=True, text=True, env=hub.env(),
-                              timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "echo_trl.commands.cli",
+                "eval-world-model",
+                "--model",
+                str(model_dir),
+                "--dataset",
+                str(data_dir),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=hub.env(),
+            timeout=300,
+        )
     finally:
         hub.close()
     assert proc.returncode == 0, proc.stderr

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tokenization import expected_text, expected_tool_call_text, make_trajectory, rendered_content
 
+from echo_trl.roles import Role
 from echo_trl.tokens import layout as layout_module
 from echo_trl.tokens.layout import Occurrences, layout
-from echo_trl.roles import Role
 
 
 def runs(roles: np.ndarray, text: str, code: int) -> list[str]:
@@ -39,9 +39,11 @@ def test_a_4000_step_episode_has_every_role_where_the_template_put_it(family):
     assert lay.text == expected_text(tok, t)
     calls = [m["tool_calls"][0]["function"] for m in t.completion if m["role"] == "assistant"]
     assert runs(lay.char_roles, lay.text, Role.ACTION.code) == [
-        expected_tool_call_text(family, c["name"], c["arguments"]) for c in calls]
+        expected_tool_call_text(family, c["name"], c["arguments"]) for c in calls
+    ]
     assert runs(lay.char_roles, lay.text, Role.ENV_OUTPUT.code) == [
-        rendered_content(family, m["content"]) for m in t.completion if m["role"] == "tool"]
+        rendered_content(family, m["content"]) for m in t.completion if m["role"] == "tool"
+    ]
     warned = [w for ws in t.warnings for w in ws]
     assert runs(lay.char_roles, lay.text, Role.WARNING.code) == [rendered_content(family, w) for w in warned]
     assert len(lay.message_ends) == len(t.completion)

@@ -39,10 +39,22 @@ def base_dir(tmp_path_factory):
 
 
 def _args(tmp_path, **kw):
-    args = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2, max_steps=2,
-                use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-                max_completion_length=1024, gradient_checkpointing=False, learning_rate=5e-2, disable_tqdm=True,
-                world_model_coeff=0.05)
+    args = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=1024,
+        gradient_checkpointing=False,
+        learning_rate=5e-2,
+        disable_tqdm=True,
+        world_model_coeff=0.05,
+    )
     args.update(kw)
     return EchoGRPOConfig(**args)
 
@@ -95,8 +107,13 @@ def test_offline_peft_config(tmp_path, base_dir):
     from test_trainer import dataset
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
-    trainer = EchoGRPOTrainer(str(base_dir), args=_args(tmp_path), train_dataset=dataset(4),
-                              processing_class=tiny_tokenizer("qwen3"), peft_config=config)
+    trainer = EchoGRPOTrainer(
+        str(base_dir),
+        args=_args(tmp_path),
+        train_dataset=dataset(4),
+        processing_class=tiny_tokenizer("qwen3"),
+        peft_config=config,
+    )
     assert isinstance(trainer.model, PeftModel)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -114,13 +131,52 @@ def test_cli_use_peft(tmp_path, base_dir):
 
     dataset(4).save_to_disk(str(tmp_path / "data"))
     out = tmp_path / "cli"
-    rc = cli_main(["train", "--model_name_or_path", str(base_dir), "--dataset_name", str(tmp_path / "data"),
-                   "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4",
-                   "--num_generations", "2", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
-                   "--save_strategy", "no", "--logging_steps", "1", "--max_completion_length", "1024",
-                   "--gradient_checkpointing", "false", "--dtype", "float32", "--disable_tqdm", "true",
-                   "--learning_rate", "5e-2", "--use_peft", "--lora_r", "4", "--lora_alpha", "8",
-                   "--lora_dropout", "0", "--lora_target_modules", *TARGETS])
+    rc = cli_main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(base_dir),
+            "--dataset_name",
+            str(tmp_path / "data"),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--num_generations",
+            "2",
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "false",
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--logging_steps",
+            "1",
+            "--max_completion_length",
+            "1024",
+            "--gradient_checkpointing",
+            "false",
+            "--dtype",
+            "float32",
+            "--disable_tqdm",
+            "true",
+            "--learning_rate",
+            "5e-2",
+            "--use_peft",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--lora_dropout",
+            "0",
+            "--lora_target_modules",
+            *TARGETS,
+        ]
+    )
     assert rc == 0
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == sorted(TARGETS)
@@ -144,10 +200,14 @@ def test_online_tool_loop_with_peft_config(tmp_path, base_dir, monkeypatch):
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
     rewards = itertools.cycle([1.0, 0.0])
     trainer = EchoGRPOTrainer(
-        str(base_dir), reward_funcs=[lambda completions, **kw: [next(rewards) for _ in completions]],
+        str(base_dir),
+        reward_funcs=[lambda completions, **kw: [next(rewards) for _ in completions]],
         args=_args(tmp_path, per_device_train_batch_size=2, max_steps=1, max_completion_length=128),
         train_dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "Weather in Paris?"}]] * 4}),
-        processing_class=tok, tools=[lookup], peft_config=config)
+        processing_class=tok,
+        tools=[lookup],
+        peft_config=config,
+    )
     call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
     turns = itertools.cycle([call, "It is sunny.<|im_end|>"])
 
@@ -168,8 +228,13 @@ def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_
     from test_trainer import batch, dataset, reference_logps
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
-    trainer = EchoGRPOTrainer(str(base_dir), args=_args(tmp_path, behavior_policy="initial"), train_dataset=dataset(4),
-                              processing_class=tiny_tokenizer("qwen3"), peft_config=config)
+    trainer = EchoGRPOTrainer(
+        str(base_dir),
+        args=_args(tmp_path, behavior_policy="initial"),
+        train_dataset=dataset(4),
+        processing_class=tiny_tokenizer("qwen3"),
+        peft_config=config,
+    )
     inputs = batch(trainer)
     action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
     with torch.no_grad():

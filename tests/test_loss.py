@@ -31,8 +31,10 @@ def test_token_and_sequence_means_match_hand_computation():
 
 def _echo_rl_reference(logps, mask) -> float:
     """echo-rl's sequence normalisation in float64 Python: per-row mean CE over world tokens, summed, / all rows."""
-    rows = [[-float(v) for v, m in zip(lp, mk, strict=True) if m] for lp, mk in zip(logps.tolist(), mask.tolist(),
-                                                                                  strict=True)]
+    rows = [
+        [-float(v) for v, m in zip(lp, mk, strict=True) if m]
+        for lp, mk in zip(logps.tolist(), mask.tolist(), strict=True)
+    ]
     return sum(sum(r) / len(r) for r in rows if r) / len(rows)
 
 
@@ -57,9 +59,14 @@ def test_no_world_tokens_gives_a_connected_zero_not_nan(normalization):
     assert torch.equal(logps.grad, torch.zeros_like(logps))
     # also with a global divisor of 0 (no world tokens anywhere in the generation batch)
     logps.grad = None
-    out = world_loss(logps, torch.zeros(3, 5, dtype=torch.bool), normalization=normalization,
-                     divisor=divisor_for(torch.tensor(0.0), num_processes=2, gradient_accumulation_steps=2,
-                                         steps_per_generation=2, training=True))
+    out = world_loss(
+        logps,
+        torch.zeros(3, 5, dtype=torch.bool),
+        normalization=normalization,
+        divisor=divisor_for(
+            torch.tensor(0.0), num_processes=2, gradient_accumulation_steps=2, steps_per_generation=2, training=True
+        ),
+    )
     out.loss.backward()
     assert not torch.isnan(out.loss) and torch.equal(logps.grad, torch.zeros_like(logps))
 
@@ -89,11 +96,17 @@ def test_exact_under_gradient_accumulation_and_data_parallel(normalization, proc
         acc = torch.zeros_like(logps)
         for k in range(accumulation):
             rows = slice(p * per_process + k * micro, p * per_process + (k + 1) * micro)
-            divisor = divisor_for(count, num_processes=processes, gradient_accumulation_steps=accumulation,
-                                  steps_per_generation=accumulation, training=True)
+            divisor = divisor_for(
+                count,
+                num_processes=processes,
+                gradient_accumulation_steps=accumulation,
+                steps_per_generation=accumulation,
+                training=True,
+            )
             part = split_logps[rows]
-            (g,) = torch.autograd.grad(world_loss(part, mask[rows], normalization=normalization,
-                                                  divisor=divisor).loss, part)
+            (g,) = torch.autograd.grad(
+                world_loss(part, mask[rows], normalization=normalization, divisor=divisor).loss, part
+            )
             acc[rows] += g
         grads_per_process.append(acc)
     ddp = sum(grads_per_process) / processes  # DDP all-reduce averages gradients
@@ -104,17 +117,21 @@ def test_micro_batch_mean_without_divisor_is_not_the_batch_mean():
     """The naive per-micro-batch mean is biased when token counts differ: why the global count exists."""
     logps = torch.tensor([[-1.0, -1.0, -1.0], [-4.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
-    naive = sum(world_loss(logps[i:i + 1], mask[i:i + 1], normalization="token").loss for i in range(2)) / 2
+    naive = sum(world_loss(logps[i : i + 1], mask[i : i + 1], normalization="token").loss for i in range(2)) / 2
     exact = world_loss(logps, mask, normalization="token").loss
     assert naive.item() == pytest.approx(2.5) and exact.item() == pytest.approx(7 / 4)
 
 
 def test_eval_divisor_is_not_rescaled():
     c = torch.tensor(12.0)
-    assert divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2,
-                       training=False).item() == 6.0
-    assert divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2,
-                       training=True).item() == 12.0
+    assert (
+        divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2, training=False).item()
+        == 6.0
+    )
+    assert (
+        divisor_for(c, num_processes=2, gradient_accumulation_steps=4, steps_per_generation=2, training=True).item()
+        == 12.0
+    )
 
 
 def test_schedules():
@@ -155,4 +172,4 @@ def test_half_precision_logps_are_summed_in_float32(dtype, n, normalization):
     assert s.item() == pytest.approx(nll64.sum().item(), rel=1e-6) and count.item() == mask.sum().item()
     out.loss.backward()  # the cast is differentiable: the gradient reaches the half-precision log-probs
     assert logps.grad.dtype == dtype
-    torch.testing.assert_close(logps.grad.double(), expected_grad, rtol=2 ** -8, atol=0.0)  # half rounding
+    torch.testing.assert_close(logps.grad.double(), expected_grad, rtol=2**-8, atol=0.0)  # half rounding

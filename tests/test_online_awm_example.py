@@ -33,20 +33,63 @@ def _run_example(tmp_path, *args: str) -> dict:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     out = tmp_path / "out"
-    rc = module.main(["--model_name_or_path", str(tmp_path / "model"), "--output_dir", str(out),
-                      "--use_cpu", "true", "--bf16", "false", "--dtype", "float32", "--max_steps", "1",
-                      "--num_generations", "2", "--max_completion_length", "16",
-                      "--max_tool_calling_iterations", "1", "--report_to", "none", "--save_strategy", "no",
-                      "--gradient_checkpointing", "false", "--disable_tqdm", "true", "--logging_steps", "1", *args])
+    rc = module.main(
+        [
+            "--model_name_or_path",
+            str(tmp_path / "model"),
+            "--output_dir",
+            str(out),
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "false",
+            "--dtype",
+            "float32",
+            "--max_steps",
+            "1",
+            "--num_generations",
+            "2",
+            "--max_completion_length",
+            "16",
+            "--max_tool_calling_iterations",
+            "1",
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--gradient_checkpointing",
+            "false",
+            "--disable_tqdm",
+            "true",
+            "--logging_steps",
+            "1",
+            *args,
+        ]
+    )
     assert rc == 0
     logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
     return next(h for h in logs if "world/coeff" in h)
 
 
 def test_one_online_step_with_lora(tmp_path):
-    step = _run_example(tmp_path, "--awm_data", str(REPO / "data" / "awm_scenarios"), "--awm_scenario", "library_1",
-                        "--awm_tasks", "0", "1", "--per_device_train_batch_size", "2",
-                        "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+    step = _run_example(
+        tmp_path,
+        "--awm_data",
+        str(REPO / "data" / "awm_scenarios"),
+        "--awm_scenario",
+        "library_1",
+        "--awm_tasks",
+        "0",
+        "1",
+        "--per_device_train_batch_size",
+        "2",
+        "--use_peft",
+        "--lora_r",
+        "4",
+        "--lora_target_modules",
+        "q_proj",
+        "v_proj",
+    )
     assert "rewards/AWMEnv_library_1/mean" in step  # the AWM verifier scored the rollouts
     out = tmp_path / "out"
     assert (out / "adapter_model.safetensors").exists()
@@ -60,9 +103,21 @@ def test_one_online_run_trains_over_two_scenarios(tmp_path):
     samples = require_shared(AWM1K_SAMPLES)
     children = descendant_pids()
     # 2 prompts (library_1 task 0, content_platform_1 task 0, interleaved) x 2 generations in one batch
-    step = _run_example(tmp_path, "--awm_data", str(REPO / "data" / "awm_scenarios"), str(samples),
-                        "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
-                        "--awm_max_servers", "1", "--per_device_train_batch_size", "4")
+    step = _run_example(
+        tmp_path,
+        "--awm_data",
+        str(REPO / "data" / "awm_scenarios"),
+        str(samples),
+        "--awm_scenario",
+        "library_1",
+        "content_platform_1",
+        "--awm_tasks",
+        "0",
+        "--awm_max_servers",
+        "1",
+        "--per_device_train_batch_size",
+        "4",
+    )
     for name in ("library_1", "content_platform_1"):  # each scenario's verifier scored its own rollouts
         value = step[f"rewards/AWMEnv_{name}/mean"]
         assert value == value  # not NaN: rollouts of this scenario were in the batch
@@ -75,7 +130,19 @@ def test_one_online_step_in_the_official_awm_agent_format(tmp_path):
     from conftest import AWM1K_SAMPLES, require_shared
 
     samples = require_shared(AWM1K_SAMPLES)
-    step = _run_example(tmp_path, "--awm_format", "awm-agent", "--awm_data", str(REPO / "data" / "awm_scenarios"),
-                        str(samples), "--awm_scenario", "library_1", "content_platform_1", "--awm_tasks", "0",
-                        "--per_device_train_batch_size", "4")
+    step = _run_example(
+        tmp_path,
+        "--awm_format",
+        "awm-agent",
+        "--awm_data",
+        str(REPO / "data" / "awm_scenarios"),
+        str(samples),
+        "--awm_scenario",
+        "library_1",
+        "content_platform_1",
+        "--awm_tasks",
+        "0",
+        "--per_device_train_batch_size",
+        "4",
+    )
     assert step["rewards/AWMAgentEnv/mean"] == step["rewards/AWMAgentEnv/mean"]  # scored, not NaN

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import tiny_tokenizer
 
+from echo_trl.roles import tool_call
 from echo_trl.train.collator import CollatorSettings
 from echo_trl.train.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
-from echo_trl.roles import tool_call
 
 
 @pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
@@ -23,15 +23,17 @@ def test_online_mask_is_the_tool_content_only(family):
     tok = tiny_tokenizer(family)
     # what GRPOTrainer.__init__ sets up for tool training (a prefix-preserving training template if needed)
     template = None if is_chat_template_prefix_preserving(tok) else get_training_chat_template(tok)
-    fake = SimpleNamespace(processing_class=tok, _tokenizer=tok, chat_template=template, chat_template_kwargs={},
-                           _is_vlm=False)
-    messages = [{"role": "assistant", "content": "", "tool_calls": [tool_call("search", {"q": "lamp"})]},
-                {"role": "tool", "name": "search", "content": "user assistant tool_response 42 lamps"},
-                {"role": "assistant", "content": "", "tool_calls": [tool_call("add", {"id": 4}),
-                                                                     tool_call("add", {"id": 5})]},
-                {"role": "tool", "name": "add", "content": "added 4"},
-                {"role": "tool", "name": "add", "content": "{'error': 'out of stock'}"},
-                {"role": "assistant", "content": "done"}]
+    fake = SimpleNamespace(
+        processing_class=tok, _tokenizer=tok, chat_template=template, chat_template_kwargs={}, _is_vlm=False
+    )
+    messages = [
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("search", {"q": "lamp"})]},
+        {"role": "tool", "name": "search", "content": "user assistant tool_response 42 lamps"},
+        {"role": "assistant", "content": "", "tool_calls": [tool_call("add", {"id": 4}), tool_call("add", {"id": 5})]},
+        {"role": "tool", "name": "add", "content": "added 4"},
+        {"role": "tool", "name": "add", "content": "{'error': 'out of stock'}"},
+        {"role": "assistant", "content": "done"},
+    ]
     ids, tmask = [], []
     for chunk in ([11, 12, 13], None, [14, 15], None, [16]):  # model tokens, then TRL's tool suffix ids
         if chunk is None:
@@ -56,10 +58,15 @@ def test_online_mask_is_the_tool_content_only(family):
     # observation / all: the wrapper trains, TRL's next generation prompt does not (context, as offline)
     header = _generation_prompt(tok)
     for target in ("observation", "all"):
-        masks = online_masks(GeneratedRollouts([ids], [tmask], [messages], {}), torch.ones(1, len(ids)),
-                             torch.tensor([tmask]), tokenizer=tok, tools=["search", "add"],
-                             settings=CollatorSettings(world_loss_target=target),
-                             render_suffix=lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw))
+        masks = online_masks(
+            GeneratedRollouts([ids], [tmask], [messages], {}),
+            torch.ones(1, len(ids)),
+            torch.tensor([tmask]),
+            tokenizer=tok,
+            tools=["search", "add"],
+            settings=CollatorSettings(world_loss_target=target),
+            render_suffix=lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw),
+        )
         world = masks.world_mask[0].tolist()
         for a, b in zero_spans(tmask):
             trained = tok.decode([i for i, w in zip(ids[a:b], world[a:b], strict=True) if w])
@@ -74,7 +81,7 @@ def _generation_prompt(tok) -> str:
     with_prompt = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     without = tok.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
     assert with_prompt.startswith(without) and len(with_prompt) > len(without)
-    return with_prompt[len(without):]
+    return with_prompt[len(without) :]
 
 
 def test_online_mask_refuses_misaligned_spans():

@@ -51,7 +51,9 @@ def test_output_that_is_a_file_or_under_a_file(tmp_path):
     for kind in (None, "dataset_info.json"):
         with pytest.raises(EchoTrlError, match=r"^--output .*f.txt: is a file, not a directory$"):
             check_output_dir(f, replace_if=kind)
-        with pytest.raises(EchoTrlError, match=r"^--output .*f.txt/sub/ds: is under .*f.txt, which is not a directory$"):
+        with pytest.raises(
+            EchoTrlError, match=r"^--output .*f.txt/sub/ds: is under .*f.txt, which is not a directory$"
+        ):
             check_output_dir(f / "sub" / "ds", replace_if=kind)
     assert f.read_text() == "keep me"
 
@@ -81,14 +83,21 @@ def test_read_only_output_and_parent_are_one_line_errors(tmp_path):
     save_dataset(_dataset(1), ds_dir)
     ds_dir.chmod(0o555)
     ro.chmod(0o555)
-    code = ("import sys; from echo_trl.outputs import check_output_dir as c\n"
-            "for path, kind in [(sys.argv[1], None), (sys.argv[2], 'dataset_info.json'), (sys.argv[3], None),"
-            " (sys.argv[3], 'dataset_info.json')]:\n"
-            "    try: c(path, replace_if=kind); print('ok')\n"
-            "    except Exception as e: print(type(e).__name__, e)\n")
+    code = (
+        "import sys; from echo_trl.outputs import check_output_dir as c\n"
+        "for path, kind in [(sys.argv[1], None), (sys.argv[2], 'dataset_info.json'), (sys.argv[3], None),"
+        " (sys.argv[3], 'dataset_info.json')]:\n"
+        "    try: c(path, replace_if=kind); print('ok')\n"
+        "    except Exception as e: print(type(e).__name__, e)\n"
+    )
     try:
-        r = subprocess.run([*prefix, sys.executable, "-c", code, str(ro / "out"), str(ds_dir), str(ds_dir)],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+        r = subprocess.run(
+            [*prefix, sys.executable, "-c", code, str(ro / "out"), str(ds_dir), str(ds_dir)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=60,
+        )
     finally:
         ro.chmod(0o755)
         ds_dir.chmod(0o755)
@@ -116,8 +125,11 @@ def test_failed_save_leaves_the_previous_dataset_intact(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")  # ... then the disk fills
 
     monkeypatch.setattr(type(new), "save_to_disk", half_then_fail)
-    with pytest.raises(EchoTrlError, match=r"cannot write \(No space left on device\); the previous output is "
-                                           "unchanged"):
+    with pytest.raises(
+        EchoTrlError,
+        match=r"cannot write \(No space left on device\); the previous output is "
+        "unchanged",
+    ):
         save_dataset(new, out)
     monkeypatch.undo()
     assert load_echo_dataset(out)["task_idx"] == [1, 2] and sorted(p.name for p in out.iterdir()) == before
@@ -173,9 +185,13 @@ PAUSED_SAVE = textwrap.dedent("""
 
 def _paused_build(tmp_path, episodes, out):
     ready = tmp_path / "ready"
-    proc = subprocess.Popen([sys.executable, "-c", PAUSED_SAVE, str(ready), "build-dataset", str(episodes),
-                             "--output", str(out)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_SAVE, str(ready), "build-dataset", str(episodes), "--output", str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not ready.exists():
         assert proc.poll() is None, proc.stderr.read()
@@ -196,12 +212,21 @@ def test_kill_9_mid_save_keeps_the_previous_dataset_and_a_second_writer_is_refus
         # A second writer while the first holds the lock: refused at once, nothing touched.
         with pytest.raises(EchoTrlError, match=rf"another process \(pid {proc.pid}\) is writing this output"):
             save_dataset(_dataset(5), out)
-        second = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(episodes), "--output",
-                                 str(out)], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"})
+        second = subprocess.run(
+            [sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(episodes), "--output", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"},
+        )
         assert second.returncode == 2 and "Traceback" not in second.stderr
-        assert second.stderr.strip().splitlines()[-1].startswith(
-            f"echo-trl build-dataset: error: {out}: another process (pid {proc.pid}) is writing this output")
+        assert (
+            second.stderr.strip()
+            .splitlines()[-1]
+            .startswith(
+                f"echo-trl build-dataset: error: {out}: another process (pid {proc.pid}) is writing this output"
+            )
+        )
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -18,8 +18,11 @@ def _runs(labels):
     return sum(1 for _ in itertools.groupby(labels))
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=0, max_size=40), st.integers(0, 10**6),
-       st.integers(0, 5))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=0, max_size=40),
+    st.integers(0, 10**6),
+    st.integers(0, 5),
+)
 def test_permutation_with_groups_and_scenarios_contiguous(rows, seed, epoch):
     scenarios = [f"s{s}" for s, _ in rows]
     groups = [f"s{s}/g{g}" for s, g in rows]
@@ -33,7 +36,9 @@ def test_permutation_with_groups_and_scenarios_contiguous(rows, seed, epoch):
 def test_order_changes_with_seed_and_epoch_and_shuffles_inside_groups():
     groups = [f"g{i % 6}" for i in range(60)]
     scenarios = [f"s{i % 2}" for i in range(60)]
-    orders = {(s, e): tuple(prefix_grouped_order(groups, scenarios, seed=s, epoch=e)) for s in (0, 1) for e in (0, 1, 2)}
+    orders = {
+        (s, e): tuple(prefix_grouped_order(groups, scenarios, seed=s, epoch=e)) for s in (0, 1) for e in (0, 1, 2)
+    }
     assert len(set(orders.values())) == len(orders)
     first_rows = {tuple(o[:10]) for o in orders.values()}  # rows inside a group move too, not only groups
     assert len(first_rows) > 1
@@ -54,6 +59,7 @@ def test_mismatched_lengths_are_refused():
 
 @pytest.mark.parametrize(("n", "batch", "repeat", "mini"), [(7, 3, 2, 1), (8, 4, 1, 2), (6, 6, 3, 1), (5, 8, 1, 1)])
 def test_stream_matches_trls_repeat_sampler(n, batch, repeat, mini):
-    want = list(RepeatSampler(list(range(n)), mini_repeat_count=mini, batch_size=batch, repeat_count=repeat,
-                              shuffle=False))
+    want = list(
+        RepeatSampler(list(range(n)), mini_repeat_count=mini, batch_size=batch, repeat_count=repeat, shuffle=False)
+    )
     assert list(repeat_like_trl(list(range(n)), batch, repeat, mini)) == want

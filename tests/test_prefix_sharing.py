@@ -12,14 +12,14 @@ import torch
 from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-from echo_trl.train.loss import world_loss
+from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.prefix.attention import (
     MIN_SHARED_TOKENS,
     TREE_ATTENTION,
     enable_prefix_tree_attention,
     shared_logps,
 )
-from echo_trl.demo.tiny import build_tiny_model
+from echo_trl.train.loss import world_loss
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -82,8 +82,13 @@ def _grads(model):
 def _assert_grads_equal(got, want):
     assert set(got) == set(want) and want
     for name, g in want.items():
-        torch.testing.assert_close(got[name], g, rtol=1e-5, atol=1e-5 * float(g.abs().max().clamp(min=1e-12)),
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            got[name],
+            g,
+            rtol=1e-5,
+            atol=1e-5 * float(g.abs().max().clamp(min=1e-12)),
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
 
 
 def _both(model, ids, mask, k, loss_fn, **kw):
@@ -162,8 +167,9 @@ def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
         enable_prefix_tree_attention(ddp)  # unwraps; already on
         ddp.zero_grad(set_to_none=True)
         _weighted(k, 4)(shared_logps(ddp, ids, mask, k, min_shared_tokens=1).logps).backward()
-        _assert_grads_equal({n.removeprefix("module."): p.grad for n, p in ddp.named_parameters()
-                             if p.grad is not None}, g0)
+        _assert_grads_equal(
+            {n.removeprefix("module."): p.grad for n, p in ddp.named_parameters() if p.grad is not None}, g0
+        )
     finally:
         dist.destroy_process_group()
 
@@ -186,9 +192,12 @@ def test_world_loss_and_grpo_loss_from_shared_logps_match():
 
     model = _model("llama3_1")
     enable_prefix_tree_attention(model)
-    for loss_fn in (lambda lp: world_loss(lp, env, normalization="token").loss,
-                    lambda lp: world_loss(lp, env, normalization="sequence", divisor=3.0).loss, grpo,
-                    lambda lp: grpo(lp) + 0.1 * world_loss(lp, env).loss):
+    for loss_fn in (
+        lambda lp: world_loss(lp, env, normalization="token").loss,
+        lambda lp: world_loss(lp, env, normalization="sequence", divisor=3.0).loss,
+        grpo,
+        lambda lp: grpo(lp) + 0.1 * world_loss(lp, env).loss,
+    ):
         (_, _, loss0, g0), (_, _, loss1, g1) = _both(model, ids, mask, k, loss_fn)
         torch.testing.assert_close(loss1, loss0, rtol=1e-5, atol=1e-6)
         _assert_grads_equal(g1, g0)
@@ -197,19 +206,22 @@ def test_world_loss_and_grpo_loss_from_shared_logps_match():
 def test_plain_model_without_fused_head_uses_log_softmax_at_temperature():
     model = build_tiny_model(tiny_tokenizer("qwen2_5"), "qwen2_5", hidden_size=32, num_layers=2, seed=1)
     ids, mask, k = _batch(*_shapes()["groups_share_preamble"])
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, -k - 1:-1].float() / TEMPERATURE
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, -k - 1 : -1].float() / TEMPERATURE
     want = torch.log_softmax(logits, -1).gather(-1, ids[:, -k:, None])[..., 0] * mask[:, -k:]
     enable_prefix_tree_attention(model)
-    got = shared_logps(model, ids, mask, k, fused_lm_head=False, temperature=TEMPERATURE,
-                       min_shared_tokens=1)
+    got = shared_logps(model, ids, mask, k, fused_lm_head=False, temperature=TEMPERATURE, min_shared_tokens=1)
     torch.testing.assert_close(got.logps, want, rtol=0, atol=1e-5)
 
 
 def test_lora_adapter_gradients_match():
     peft = pytest.importorskip("peft")
     model = _model("qwen3")
-    model = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                       lora_dropout=0.0, init_lora_weights=False))
+    model = peft.get_peft_model(
+        model,
+        peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False
+        ),
+    )
     enable_prefix_tree_attention(model)
     ids, mask, k = _batch(*_shapes()["groups_share_preamble"])
     (lp0, _, _, g0), (lp1, _, _, g1) = _both(model, ids, mask, k, _weighted(k, 1))

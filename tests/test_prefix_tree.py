@@ -75,18 +75,14 @@ def test_invariants_on_random_rows(rows, min_shared):
     _check_invariants(tree, [np.array(r, dtype=np.int64) for r in rows])
     assert tree.num_tokens <= tree.total_tokens
     if min_shared == 1:  # as few tokens as a trie keyed on (prefix, next token) has nodes
-        keys = {(tuple(r[:i + 1]), r[i + 1] if i + 1 < len(r) else None) for r in rows for i in range(len(r))}
+        keys = {(tuple(r[: i + 1]), r[i + 1] if i + 1 < len(r) else None) for r in rows for i in range(len(r))}
         assert tree.num_tokens == len(keys)
 
 
 def test_rows_from_trl_padded_layout_and_gather_index():
     # prompts left-padded (pad 0), completions right-padded; row 2 has its completion masked out
-    input_ids = np.array([[0, 7, 8, 1, 2, 0],
-                          [7, 8, 9, 3, 0, 0],
-                          [0, 0, 7, 4, 5, 6]])
-    mask = np.array([[0, 1, 1, 1, 1, 0],
-                     [1, 1, 1, 1, 0, 0],
-                     [0, 0, 1, 0, 0, 0]])
+    input_ids = np.array([[0, 7, 8, 1, 2, 0], [7, 8, 9, 3, 0, 0], [0, 0, 7, 4, 5, 6]])
+    mask = np.array([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0]])
     ids, pos, scored = rows_from_padded(input_ids, mask, logits_to_keep=3)
     assert [x.tolist() for x in ids] == [[7, 8, 1, 2], [7, 8, 9, 3], [7]]
     assert [x.tolist() for x in pos] == [[0, 1, 2, 3], [0, 1, 2, 3], [0]]

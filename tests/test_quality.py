@@ -8,8 +8,10 @@ from echo_trl.train.quality import is_error_output, rollout_quality
 
 
 def test_rollout_quality():
-    t = traj(outputs=("ok", "Error: boom", "{\"error\": \"bad id\"}", "{'error': 'Tool x not found.'}"),
-             tools=("search", "add", "nope", "add"))
+    t = traj(
+        outputs=("ok", "Error: boom", '{"error": "bad id"}', "{'error': 'Tool x not found.'}"),
+        tools=("search", "add", "nope", "add"),
+    )
     t.tools = t.tools[:2]  # "nope" is not offered
     t.warnings[3] = ["format warning"]
     q = rollout_quality(t.completion, t.tools, t.warnings)

@@ -42,7 +42,10 @@ def bf16_gpu(monkeypatch):
 
 def test_every_recipe_is_covered():
     assert {p.name for p in CONFIGS.glob("*.yaml")} == {
-        "cpu_demo.yaml", "qwen3_0.6b_lora_1gpu.yaml", "qwen3_8b_zero3_vllm_online.yaml"}
+        "cpu_demo.yaml",
+        "qwen3_0.6b_lora_1gpu.yaml",
+        "qwen3_8b_zero3_vllm_online.yaml",
+    }
 
 
 def test_cpu_demo_recipe():
@@ -56,7 +59,8 @@ def test_cpu_demo_recipe():
 
 def test_cpu_demo_recipe_command_line_overrides_yaml():
     _, args, _ = make_parser().parse_args_and_config(
-        ["--config", str(CONFIGS / "cpu_demo.yaml"), "--max_steps", "2", "--world_model_coeff", "0"])
+        ["--config", str(CONFIGS / "cpu_demo.yaml"), "--max_steps", "2", "--world_model_coeff", "0"]
+    )
     assert args.max_steps == 2 and args.world_model_coeff == 0.0
 
 
@@ -86,19 +90,35 @@ def test_qwen3_8b_online_recipe_zero3_vllm_server(bf16_gpu):
     assert "examples/accelerate_configs/deepspeed_zero3.yaml" in header
     # local scenario data takes precedence over the recipe's Hub repo; splits.json picks the train tasks
     awm, _, _ = online.make_parser().parse_args_and_config(
-        ["--config", str(CONFIGS / "qwen3_8b_zero3_vllm_online.yaml"), "--awm_data", str(REPO / "data" / "awm_scenarios"),
-         "--awm_scenario", "library_1"])
+        [
+            "--config",
+            str(CONFIGS / "qwen3_8b_zero3_vllm_online.yaml"),
+            "--awm_data",
+            str(REPO / "data" / "awm_scenarios"),
+            "--awm_scenario",
+            "library_1",
+        ]
+    )
     assert awm.awm_data and online.train_tasks(awm) == list(range(8))
 
 
-@pytest.mark.parametrize("name, kind, checks", [
-    ("ddp.yaml", "MULTI_GPU", {}),
-    ("deepspeed_zero2.yaml", "DEEPSPEED", {("deepspeed_config", "zero_stage"): 2}),
-    ("deepspeed_zero3.yaml", "DEEPSPEED", {("deepspeed_config", "zero_stage"): 3,
-                                           ("deepspeed_config", "zero3_init_flag"): True}),
-    ("fsdp2.yaml", "FSDP", {("fsdp_config", "fsdp_version"): 2,
-                            ("fsdp_config", "fsdp_auto_wrap_policy"): "TRANSFORMER_BASED_WRAP"}),
-])
+@pytest.mark.parametrize(
+    "name, kind, checks",
+    [
+        ("ddp.yaml", "MULTI_GPU", {}),
+        ("deepspeed_zero2.yaml", "DEEPSPEED", {("deepspeed_config", "zero_stage"): 2}),
+        (
+            "deepspeed_zero3.yaml",
+            "DEEPSPEED",
+            {("deepspeed_config", "zero_stage"): 3, ("deepspeed_config", "zero3_init_flag"): True},
+        ),
+        (
+            "fsdp2.yaml",
+            "FSDP",
+            {("fsdp_config", "fsdp_version"): 2, ("fsdp_config", "fsdp_auto_wrap_policy"): "TRANSFORMER_BASED_WRAP"},
+        ),
+    ],
+)
 def test_accelerate_configs(name, kind, checks):
     from accelerate.commands.config.config_args import ClusterConfig
 

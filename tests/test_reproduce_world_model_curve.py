@@ -26,8 +26,13 @@ def run_summary(coeff: float, action_tail: float, entropy: float | None = 2.0) -
 
 
 def test_collapse_flag_uses_the_tail_mean_and_the_paper_threshold(curve):
-    sweep = {"0": run_summary(0.0, 2.0), "0.02": run_summary(0.02, 2.19), "0.05": run_summary(0.05, 2.21),
-             "0.1": run_summary(0.1, 2.0, entropy=0.9), "0.2": run_summary(0.2, 1.5)}
+    sweep = {
+        "0": run_summary(0.0, 2.0),
+        "0.02": run_summary(0.02, 2.19),
+        "0.05": run_summary(0.05, 2.21),
+        "0.1": run_summary(0.1, 2.0, entropy=0.9),
+        "0.2": run_summary(0.2, 1.5),
+    }
     curve.flag_collapse(sweep, tol=0.10)
     flags = {k: r["collapse_flag"] for k, r in sweep.items()}
     assert flags == {"0": False, "0.02": False, "0.05": True, "0.1": True, "0.2": True}
@@ -38,8 +43,25 @@ def test_collapse_flag_uses_the_tail_mean_and_the_paper_threshold(curve):
 
 def test_tiny_run_writes_results_consistent_with_its_curves(curve, tmp_path):
     out = tmp_path / "curve"
-    results = curve.main(["--output_dir", str(out), "--max_steps", "4", "--eval_every", "2", "--warmup_steps", "2",
-                          "--hidden_size", "32", "--sweep", "0", "0.05", "--per_device_train_batch_size", "4"])
+    results = curve.main(
+        [
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "4",
+            "--eval_every",
+            "2",
+            "--warmup_steps",
+            "2",
+            "--hidden_size",
+            "32",
+            "--sweep",
+            "0",
+            "0.05",
+            "--per_device_train_batch_size",
+            "4",
+        ]
+    )
     assert json.loads((out / "results.json").read_text())["acceptance"] == results["acceptance"]
     assert set(results["runs"]) == {"echo", "grpo", "verifier_free"}
     for r in results["runs"].values():

@@ -23,9 +23,22 @@ import pytest
 
 MAX_STEPS, KILL_AT = 6, 3
 #: Run settings shared by all configurations (each configuration adds or overrides a few).
-BASE = dict(per_device_train_batch_size=2, num_generations=2, max_steps=MAX_STEPS, save_steps=KILL_AT,
-            logging_steps=1, seed=0, use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
-            disable_tqdm=True, learning_rate=1e-2, max_completion_length=1024, world_model_coeff=0.5)
+BASE = dict(
+    per_device_train_batch_size=2,
+    num_generations=2,
+    max_steps=MAX_STEPS,
+    save_steps=KILL_AT,
+    logging_steps=1,
+    seed=0,
+    use_cpu=True,
+    bf16=False,
+    report_to="none",
+    gradient_checkpointing=False,
+    disable_tqdm=True,
+    learning_rate=1e-2,
+    max_completion_length=1024,
+    world_model_coeff=0.5,
+)
 N_TRAJECTORIES = 8
 CONFIGS = {
     # 4 optimizer steps per epoch: checkpoint in epoch 0, the resumed steps cross into epoch 1
@@ -69,9 +82,13 @@ def _train(mode: str, init: str, out: str, name: str) -> None:
             trained.append(state.global_step)
 
     args = EchoGRPOConfig(output_dir=out, **{**BASE, **CONFIGS[name]})
-    trainer = EchoGRPOTrainer(AutoModelForCausalLM.from_pretrained(init), args=args,
-                              train_dataset=dataset(N_TRAJECTORIES), processing_class=AutoTokenizer.from_pretrained(init),
-                              callbacks=[KillAfterCheckpoint()])
+    trainer = EchoGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(init),
+        args=args,
+        train_dataset=dataset(N_TRAJECTORIES),
+        processing_class=AutoTokenizer.from_pretrained(init),
+        callbacks=[KillAfterCheckpoint()],
+    )
     trainer.train(resume_from_checkpoint=f"{out}/checkpoint-{KILL_AT}" if mode == "resume" else None)
     Path(out, f"{mode}.json").write_text(json.dumps({"log": trainer.state.log_history, "trained": trained}))
     torch.save(trainer.model.state_dict(), Path(out, f"{mode}.pt"))
@@ -135,11 +152,18 @@ def runs(tmp_path_factory):
     init = root / "init"
     tiny_model().save_pretrained(init)  # every run starts from these weights
     tiny_tokenizer("qwen3").save_pretrained(init)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           "TRL_EXPERIMENTAL_SILENCE": "1", "ECHO_TRL_PROGRESS": "0",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, __file__, str(init), str(root)], env=env, capture_output=True,
-                          text=True, timeout=400)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "ECHO_TRL_PROGRESS": "0",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, __file__, str(init), str(root)], env=env, capture_output=True, text=True, timeout=400
+    )
     assert proc.returncode == 0 and (root / "exit_codes.json").exists(), proc.stderr[-4000:]
     codes = json.loads((root / "exit_codes.json").read_text())
     failed = {k: v for k, v in codes.items() if not k.endswith("/kill") and v != 0}
@@ -203,8 +227,9 @@ def test_checkpoint_inside_a_generation_buffer_keeps_the_buffer(runs):
     root, _ = runs
 
     def saved(name):
-        return torch.load(root / name / "kill" / f"checkpoint-{KILL_AT}" / "echo_generation_buffer_0.pt",
-                          weights_only=True)
+        return torch.load(
+            root / name / "kill" / f"checkpoint-{KILL_AT}" / "echo_generation_buffer_0.pt", weights_only=True
+        )
 
     mid = saved("mid_generation_buffer")
     assert mid["step"] == KILL_AT * 2  # micro-batches done: 3 optimizer steps x 2 accumulation steps
@@ -227,10 +252,12 @@ def test_logging_window_split_by_the_checkpoint(runs):
     assert full[4]["loss"] == pytest.approx((per_step[3]["loss"] + per_step[4]["loss"]) / 2, rel=1e-6)
     assert resumed[4]["loss"] == per_step[4]["loss"] != full[4]["loss"]
     assert resumed[4]["world/ce_env"] == per_step[4]["world/ce_env"] != full[4]["world/ce_env"]
-    assert {k: v for k, v in full[6].items() if k not in TIMING_KEYS} == \
-        {k: v for k, v in resumed[6].items() if k not in TIMING_KEYS}
-    assert all(torch.equal(w, resumed_weights[k]) and torch.equal(w, per_step_weights[k])
-               for k, w in full_weights.items())
+    assert {k: v for k, v in full[6].items() if k not in TIMING_KEYS} == {
+        k: v for k, v in resumed[6].items() if k not in TIMING_KEYS
+    }
+    assert all(
+        torch.equal(w, resumed_weights[k]) and torch.equal(w, per_step_weights[k]) for k, w in full_weights.items()
+    )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def test_placeholder_and_special_token_text_in_episodes_are_counted_as_text():
     plain = openenv_episode(task="Find ECHOPROBE3X and ECHOPROBE0X.")
     stats = token_stats(tok, trajectories_to_dataset([awm_episode_to_trajectory(ep)]))
     ref = token_stats(tok, trajectories_to_dataset([awm_episode_to_trajectory(plain)]))
-    added = len(tok('ok<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False, split_special_tokens=True)[
-        "input_ids"])
+    added = len(
+        tok("ok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    )
     assert stats["tokens"]["action"] == ref["tokens"]["action"]
     assert stats["tokens"]["env_output"] >= ref["tokens"]["env_output"] + added - 2  # BPE may merge at the joins

@@ -47,9 +47,20 @@ def test_errors(sh):
     assert sh.run("wc -z notes.txt")[1] == 1
 
 
-@pytest.mark.parametrize("cmd", ["cat ../../../../etc/passwd", "cat /etc/passwd", "ls ../../../../../..",
-                                 "cat ~/../../../../proc/self/environ", "cat /home/user/../../root/.ssh/id_rsa",
-                                 "python -c 'import os'", "sh -c ls", "cat $(echo /etc/passwd)", "ls; cat /etc/shadow"])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "cat ../../../../etc/passwd",
+        "cat /etc/passwd",
+        "ls ../../../../../..",
+        "cat ~/../../../../proc/self/environ",
+        "cat /home/user/../../root/.ssh/id_rsa",
+        "python -c 'import os'",
+        "sh -c ls",
+        "cat $(echo /etc/passwd)",
+        "ls; cat /etc/shadow",
+    ],
+)
 def test_no_escape(sh, cmd, monkeypatch):
     import builtins
     import os
@@ -90,8 +101,11 @@ def test_env_reset_reward_and_truncation():
 def test_trl_tool_contract():
     from transformers.utils import get_json_schema
 
-    tools = [n for n, _ in inspect.getmembers(TerminalEnv, predicate=inspect.isfunction)
-             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    tools = [
+        n
+        for n, _ in inspect.getmembers(TerminalEnv, predicate=inspect.isfunction)
+        if not n.startswith("_") and n not in ("reset", "get_reward")
+    ]
     assert tools == ["run"]
     schema = get_json_schema(TerminalEnv.run)
     assert schema["function"]["parameters"]["required"] == ["command"]
@@ -110,8 +124,20 @@ def test_online_echo_step(tmp_path):
     """One online ECHO step: TRL generates, runs the terminal tool, and the world term sees env tokens."""
     from examples.terminal.train_online import build, heldout_ce, online, parse_args, warm_start
 
-    args = parse_args(["--max_steps", "1", "--warmup_steps", "60", "--num_generations", "2",
-                       "--max_completion_length", "96", "--output_dir", str(tmp_path)])
+    args = parse_args(
+        [
+            "--max_steps",
+            "1",
+            "--warmup_steps",
+            "60",
+            "--num_generations",
+            "2",
+            "--max_completion_length",
+            "96",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     tokenizer, model, train = build(args)
     warm_start(model, tokenizer, train, args.warmup_steps)
     before = heldout_ce(model, tokenizer)["ce_env"]

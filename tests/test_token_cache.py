@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import REPO, tiny_tokenizer
 
-from echo_trl.tokens import cache as token_cache
 from echo_trl.data.dataset import build_awm_dataset
-from echo_trl.errors import EchoTrlError
 from echo_trl.demo.tiny import build_tiny_tokenizer
+from echo_trl.errors import EchoTrlError
+from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens, row_tokens, tokenize_dataset
 from echo_trl.tokens.tokenization import tokenize_with_roles
 
@@ -76,8 +76,9 @@ def test_another_chat_template_never_reuses_the_cache(saved):
 
 
 def test_equal_tokenizers_share_a_fingerprint():
-    assert token_cache.tokenizer_fingerprint(build_tiny_tokenizer("qwen3")) == \
-        token_cache.tokenizer_fingerprint(tiny_tokenizer("qwen3"))
+    assert token_cache.tokenizer_fingerprint(build_tiny_tokenizer("qwen3")) == token_cache.tokenizer_fingerprint(
+        tiny_tokenizer("qwen3")
+    )
 
 
 def test_stale_token_columns_are_recomputed(bundled, monkeypatch, tmp_path):

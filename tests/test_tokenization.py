@@ -26,22 +26,46 @@ ACTION, ENV_OUTPUT, WARNING = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.WARNI
 def make_trajectory(outputs, *, warnings=None, args=None, tools=("lookup", "update")) -> Trajectory:
     completion, warns = [], []
     for i, out in enumerate(outputs):
-        completion.append({"role": "assistant", "content": "",
-                           "tool_calls": [tool_call(tools[i % len(tools)], (args or {}).get(i, {"id": i}))]})
+        completion.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [tool_call(tools[i % len(tools)], (args or {}).get(i, {"id": i}))],
+            }
+        )
         completion.append({"role": "tool", "name": tools[i % len(tools)], "content": out})
         warns += [[], (warnings or {}).get(i, [])]
     return Trajectory(
         prompt=[{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Do the task."}],
-        completion=completion, warnings=warns, reward=1.0, scenario="s", task_idx=0,
-        tools=[{"type": "function", "function": {"name": n, "description": f"{n} things",
-                                                 "parameters": {"type": "object", "properties": {}}}}
-               for n in tools])
+        completion=completion,
+        warnings=warns,
+        reward=1.0,
+        scenario="s",
+        task_idx=0,
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": n,
+                    "description": f"{n} things",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+            for n in tools
+        ],
+    )
 
 
 # Tool outputs chosen to be hard: scaffolding words, quotes/newlines (escaped by Llama's tojson),
 # non-ASCII, an empty output, and text that also appears in the task.
-HARD_OUTPUTS = ['{\n  "user": "assistant",\n  "items": [1, 2]\n}', "user", 'say "hi"\n\tthen\\stop', "",
-                "Ünïcödé ✓ 日本", "Do the task."]
+HARD_OUTPUTS = [
+    '{\n  "user": "assistant",\n  "items": [1, 2]\n}',
+    "user",
+    'say "hi"\n\tthen\\stop',
+    "",
+    "Ünïcödé ✓ 日本",
+    "Do the task.",
+]
 
 
 def expected_tool_call_text(family: str, name: str, args: dict) -> str:
@@ -57,8 +81,13 @@ def rendered_content(family: str, text: str) -> str:
 
 def expected_text(tok, t: Trajectory) -> str:
     """The template's own render of the conversation, warnings appended to their tool message."""
-    messages = [*t.prompt, *[{**m, "content": m["content"] + "".join(WARNING_SEPARATOR + w for w in warns)}
-                             for m, warns in zip(t.completion, t.warnings, strict=True)]]
+    messages = [
+        *t.prompt,
+        *[
+            {**m, "content": m["content"] + "".join(WARNING_SEPARATOR + w for w in warns)}
+            for m, warns in zip(t.completion, t.warnings, strict=True)
+        ],
+    ]
     return tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
 
 
@@ -70,7 +99,7 @@ def decode_role(tok, rt, span, code) -> str:
 def assert_covers(decoded: str, expected: str):
     """The role's tokens decode to the text, plus at most whitespace merged into its last token."""
     assert decoded.startswith(expected), (decoded, expected)
-    assert decoded[len(expected):].strip() == "", (decoded, expected)
+    assert decoded[len(expected) :].strip() == "", (decoded, expected)
 
 
 @pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
@@ -89,7 +118,7 @@ def test_ids_are_the_whole_rendered_text_tokenized_once(family):
 @pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
 def test_decoded_roles_give_back_tool_outputs_calls_and_warnings(family):
     tok = tiny_tokenizer(family)
-    args = {0: {"query": "blue \"pens\"", "limit": 3}, 2: {}}
+    args = {0: {"query": 'blue "pens"', "limit": 3}, 2: {}}
     t = make_trajectory(HARD_OUTPUTS, warnings={2: ["budget low", "second"]}, args=args)
     rt = tokenize_with_roles(tok, t)
     for k, msg in enumerate(t.completion):
@@ -105,10 +134,10 @@ def test_decoded_roles_give_back_tool_outputs_calls_and_warnings(family):
             got = decode_role(tok, rt, span, WARNING)
             assert got.replace(" ", "") == "".join(rendered_content(family, w) for w in warns).replace(" ", "")
     # Nothing in the prompt is learnable, and the completion starts with the first action.
-    assert set(rt.roles[:rt.prompt_length].tolist()) <= {0}
+    assert set(rt.roles[: rt.prompt_length].tolist()) <= {0}
     assert rt.roles[rt.prompt_length] == ACTION
     gen = tok.apply_chat_template(t.prompt, tokenize=False, add_generation_prompt=True, tools=t.tools)
-    assert tok.decode(rt.input_ids[:rt.prompt_length]) == gen
+    assert tok.decode(rt.input_ids[: rt.prompt_length]) == gen
 
 
 @pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
@@ -138,7 +167,10 @@ def test_world_loss_targets_widen_the_world_mask():
     wrapper = tok.decode([i for i, m in zip(rt.input_ids, rt.observation_mask, strict=True) if m])
     assert "<tool_response>" in wrapper and "</tool_response>" in wrapper
     assert "<|im_start|>assistant" not in wrapper  # the next generation prompt is not observation
-    assert tok.decode([i for i, m in zip(rt.input_ids, by_target["all"].world_mask, strict=True) if m]).count("careful") == 1
+    assert (
+        tok.decode([i for i, m in zip(rt.input_ids, by_target["all"].world_mask, strict=True) if m]).count("careful")
+        == 1
+    )
     with pytest.raises(ValueError, match="world_loss_target"):
         tokenize_with_roles(tok, t, world_loss_target="everything")
 
@@ -153,7 +185,7 @@ def test_batch_equals_one_by_one_and_dataset_rows_equal_trajectories():
     from echo_trl.data.dataset import trajectory_to_row
 
     tok = tiny_tokenizer("qwen3")
-    ts = [make_trajectory(HARD_OUTPUTS[:k + 1]) for k in range(4)]
+    ts = [make_trajectory(HARD_OUTPUTS[: k + 1]) for k in range(4)]
     batch = tokenize_batch(tok, [trajectory_to_row(t) for t in ts])
     for t, rt in zip(ts, batch, strict=True):
         single = tokenize_with_roles(tok, t)
@@ -168,8 +200,10 @@ def test_template_problems_are_clear_errors():
     with pytest.raises(TemplateError, match="no chat template"):
         tokenize_with_roles(tok, make_trajectory(["x"]))
     # A ChatML template without tool support: assistant tool calls are not rendered.
-    tok.chat_template = ("{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
-                         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
     with pytest.raises(TemplateError, match="does not render assistant tool_calls"):
         tokenize_with_roles(tok, make_trajectory(["x"]))
     tok.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
@@ -180,8 +214,9 @@ def test_template_problems_are_clear_errors():
 # --------------------------------------------------------------------------------------------
 # Truncation (property test)
 
-outputs_strategy = st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
-                                    max_size=40), min_size=1, max_size=5)
+outputs_strategy = st.lists(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40), min_size=1, max_size=5
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -251,14 +286,18 @@ def test_truncating_tokens_equals_tokenizing_with_max_length(family):
     for limit in range(full.prompt_length, len(full) + 1, 7):
         a, b = full.truncate(limit), tokenize_with_roles(tok, t, max_length=limit)
         assert a.input_ids == b.input_ids and (a.roles == b.roles).all() and a.text == b.text
-        assert (a.truncated_tokens, a.truncated_messages, a.message_token_spans) == \
-            (b.truncated_tokens, b.truncated_messages, b.message_token_spans)
+        assert (a.truncated_tokens, a.truncated_messages, a.message_token_spans) == (
+            b.truncated_tokens,
+            b.truncated_messages,
+            b.message_token_spans,
+        )
         twice = full.truncate(limit + 5).truncate(limit)  # cuts compose, counts accumulate
         assert twice.input_ids == a.input_ids and twice.truncated_tokens == a.truncated_tokens
 
 
 # --------------------------------------------------------------------------------------------
 # Chat-control text inside the conversation stays text
+
 
 def _special_ids(tok) -> set[int]:
     return {i for i, t in tok.added_tokens_decoder.items() if t.special}
@@ -283,14 +322,15 @@ def test_special_token_text_in_content_is_encoded_as_text(family):
     assert sorted(i for i in rt.input_ids if i in specials) == sorted(i for i in ref.input_ids if i in specials)
     assert rt.text == expected_text(tok, t) and tok.decode(rt.input_ids) == rt.text  # ... and nothing lost
     span = rt.message_token_spans[1]
-    env_ids = [i for i, r in zip(rt.input_ids[span[0]:span[1]], rt.roles[span[0]:span[1]], strict=True)
-               if r == ENV_OUTPUT]
+    env_ids = [
+        i for i, r in zip(rt.input_ids[span[0] : span[1]], rt.roles[span[0] : span[1]], strict=True) if r == ENV_OUTPUT
+    ]
     assert not set(env_ids) & specials
     assert_covers(tok.decode(env_ids), rendered_content(family, evil))
     assert rt.counts()["action"] == ref.counts()["action"]  # no fake assistant turn
     # the exactness rule: split at the template's own special tokens, the rest tokenized as text
     cut = tokenize_with_roles(tok, t, max_length=rt.message_token_spans[1][1])
-    assert cut.input_ids == rt.input_ids[:len(cut)]
+    assert cut.input_ids == rt.input_ids[: len(cut)]
 
 
 @pytest.mark.parametrize("family", TEMPLATE_FAMILIES)
@@ -315,4 +355,4 @@ def test_a_4000_step_episode_is_the_whole_text_tokenized_once(family):
     assert len(spans) == len(t.completion) and spans[0][0] == rt.prompt_length and spans[-1][1] <= len(rt)
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
     cut = rt.truncate(spans[1999][1])  # a cut at a message end of a long episode keeps masks aligned
-    assert cut.truncated_messages == 6000 and cut.input_ids == rt.input_ids[:spans[1999][1]]
+    assert cut.truncated_messages == 6000 and cut.input_ids == rt.input_ids[: spans[1999][1]]

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands import train as train_cmd
+from echo_trl.commands.cli import main as cli_main
+from echo_trl.commands.loading import resolve_checkpoint
 from echo_trl.data.dataset import build_awm_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.errors import EchoTrlError
-from echo_trl.commands.loading import resolve_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -34,11 +34,35 @@ def assets(tmp_path_factory):
 
 
 def _flags(root, model, out, *extra):
-    return ["train", "--model_name_or_path", str(model), "--dataset_name", str(root / "train"),
-            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "2",
-            "--num_generations", "2", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
-            "--max_completion_length", "1024", "--gradient_checkpointing", "false", "--dtype", "float32",
-            "--disable_tqdm", "true", *extra]
+    return [
+        "train",
+        "--model_name_or_path",
+        str(model),
+        "--dataset_name",
+        str(root / "train"),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "2",
+        "--num_generations",
+        "2",
+        "--use_cpu",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--max_completion_length",
+        "1024",
+        "--gradient_checkpointing",
+        "false",
+        "--dtype",
+        "float32",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
 
 
 def test_help_explains_offline_training_and_the_demo(capsys):
@@ -46,8 +70,16 @@ def test_help_explains_offline_training_and_the_demo(capsys):
         cli_main(["train", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for needle in ("--world_model_coeff", "--use_peft", "--dataset_name", "--config", "NO arguments", "demo",
-                   "--world_loss_temperature", "eval_world/ce_env"):
+    for needle in (
+        "--world_model_coeff",
+        "--use_peft",
+        "--dataset_name",
+        "--config",
+        "NO arguments",
+        "demo",
+        "--world_loss_temperature",
+        "eval_world/ce_env",
+    ):
         assert needle in text, needle
 
 
@@ -56,8 +88,23 @@ def test_trl_style_run_saves_state_and_model_and_reports_heldout_ce(assets, tmp_
     yaml = tmp_path / "recipe.yaml"
     yaml.write_text("world_model_coeff: 0.07\nlearning_rate: 0.001\nlogging_steps: 1\n")
     out = tmp_path / "run"
-    rc = cli_main(_flags(root, model, out, "--config", str(yaml), "--eval_strategy", "steps", "--eval_steps", "1",
-                         "--eval_dataset_name", str(root / "held"), "--per_device_eval_batch_size", "2"))
+    rc = cli_main(
+        _flags(
+            root,
+            model,
+            out,
+            "--config",
+            str(yaml),
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "1",
+            "--eval_dataset_name",
+            str(root / "held"),
+            "--per_device_eval_batch_size",
+            "2",
+        )
+    )
     assert rc == 0
     state = json.loads((out / "trainer_state.json").read_text())
     logs = state["log_history"]
@@ -70,8 +117,21 @@ def test_trl_style_run_saves_state_and_model_and_reports_heldout_ce(assets, tmp_
 def test_use_peft_saves_an_adapter(assets, tmp_path):
     root, model, _ = assets
     out = tmp_path / "lora"
-    rc = cli_main(_flags(root, model, out, "--use_peft", "--lora_r", "4", "--lora_alpha", "8",
-                         "--lora_target_modules", "q_proj", "v_proj"))
+    rc = cli_main(
+        _flags(
+            root,
+            model,
+            out,
+            "--use_peft",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+        )
+    )
     assert rc == 0
     assert (out / "adapter_model.safetensors").exists() and (out / "trainer_state.json").exists()
     logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
@@ -80,8 +140,18 @@ def test_use_peft_saves_an_adapter(assets, tmp_path):
 
 def test_missing_dataset_is_a_usage_error(assets, tmp_path, capsys):
     _, model, _ = assets
-    rc = cli_main(["train", "--model_name_or_path", str(model), "--output_dir", str(tmp_path), "--use_cpu",
-                   "--report_to", "none"])
+    rc = cli_main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(tmp_path),
+            "--use_cpu",
+            "--report_to",
+            "none",
+        ]
+    )
     assert rc == 2 and "--dataset_name is required" in capsys.readouterr().err
 
 
@@ -93,6 +163,8 @@ def test_invalid_training_arguments_are_a_usage_error_without_traceback(assets, 
     assert rc == 2 and err.startswith("echo-trl train: error: invalid training arguments:")
     assert "generation_batch_size (3) must be divisible by num_generations (2)" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 def test_behavior_policy_flag(assets, tmp_path, capsys):
     root, model, _ = assets
     with pytest.raises(SystemExit) as exc:
@@ -190,8 +262,13 @@ def test_a_training_command_is_quiet_by_default(assets, tmp_path):
     import sys
 
     root, model, _ = assets
-    proc = subprocess.run([sys.executable, "-m", "echo_trl.commands.cli", *_flags(root, model, tmp_path / "o")],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "echo_trl.commands.cli", *_flags(root, model, tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     for noise in ("FutureWarning", "gradient_checkpointing", "Loading weights", "Writing model shards", "Saving"):
         assert noise not in proc.stderr, proc.stderr

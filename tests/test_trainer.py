@@ -22,8 +22,16 @@ from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 
-def trajectory(i: int, reward: float, group: str, *, error: bool = False, warning: bool = False,
-               empty_outputs: bool = False, behavior=None) -> Trajectory:
+def trajectory(
+    i: int,
+    reward: float,
+    group: str,
+    *,
+    error: bool = False,
+    warning: bool = False,
+    empty_outputs: bool = False,
+    behavior=None,
+) -> Trajectory:
     outs = [f'{{"items": [{i}, {i + 1}], "total": {2 * i}}}', "Error: out of stock" if error else f"added {i}"]
     if empty_outputs:
         outs = ["", ""]
@@ -37,16 +45,32 @@ def trajectory(i: int, reward: float, group: str, *, error: bool = False, warnin
         warnings[1] = ["harness: rate limited"]
     return Trajectory(
         prompt=[{"role": "system", "content": "Shop agent."}, {"role": "user", "content": f"Buy item {i}."}],
-        completion=completion, warnings=warnings, reward=reward, group_id=group, scenario=f"shop{i % 2}",
-        task_idx=i, tools=[{"type": "function", "function": {"name": n, "description": "", "parameters": {
-            "type": "object", "properties": {"id": {"type": "integer"}}}}} for n in ("search", "add")],
-        behavior_logprobs=behavior)
+        completion=completion,
+        warnings=warnings,
+        reward=reward,
+        group_id=group,
+        scenario=f"shop{i % 2}",
+        task_idx=i,
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": n,
+                    "description": "",
+                    "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
+                },
+            }
+            for n in ("search", "add")
+        ],
+        behavior_logprobs=behavior,
+    )
 
 
 def dataset(n: int = 4, **kw):
     rewards = [1.0, 0.0, 0.5, 0.1, 1.0, 0.3, 0.7, 0.2]
-    return trajectories_to_dataset([trajectory(i, rewards[i % 8], f"g{i // 2}", warning=(i == 1), **kw)
-                                    for i in range(n)])
+    return trajectories_to_dataset(
+        [trajectory(i, rewards[i % 8], f"g{i // 2}", warning=(i == 1), **kw) for i in range(n)]
+    )
 
 
 def tiny_model(seed: int = 0):
@@ -54,14 +78,30 @@ def tiny_model(seed: int = 0):
 
 
 def make_trainer(tmp_path, ds=None, *, model=None, eval_dataset=None, **kw):
-    args = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_steps=1,
-                use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-                max_completion_length=1024, gradient_checkpointing=False, learning_rate=1e-2, disable_tqdm=True,
-                per_device_eval_batch_size=2)
+    args = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=1024,
+        gradient_checkpointing=False,
+        learning_rate=1e-2,
+        disable_tqdm=True,
+        per_device_eval_batch_size=2,
+    )
     args.update(kw)
-    trainer = EchoGRPOTrainer(model or tiny_model(), args=EchoGRPOConfig(**args),
-                              train_dataset=dataset() if ds is None else ds, eval_dataset=eval_dataset,
-                              processing_class=tiny_tokenizer("qwen3"))
+    trainer = EchoGRPOTrainer(
+        model or tiny_model(),
+        args=EchoGRPOConfig(**args),
+        train_dataset=dataset() if ds is None else ds,
+        eval_dataset=eval_dataset,
+        processing_class=tiny_tokenizer("qwen3"),
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     return trainer
@@ -78,7 +118,7 @@ def reference_logps(model, inputs, temperature: float = 1.0):
     attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     logits = model(input_ids=ids, attention_mask=attn).logits  # fused_lm_head=False: the model's own head
     k = inputs["completion_ids"].size(1)
-    logp = torch.log_softmax(logits[:, -k - 1:-1].float() / temperature, dim=-1)
+    logp = torch.log_softmax(logits[:, -k - 1 : -1].float() / temperature, dim=-1)
     return logp.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
@@ -106,8 +146,15 @@ def count_forwards(model):
 def test_one_grad_forward_per_micro_batch(tmp_path, coeff, temperature):
     """As many forwards as plain GRPO: one grad-enabled per micro-batch, none without grad (on-policy data),
     also when the world CE runs at another temperature than TRL's log-probs."""
-    trainer = make_trainer(tmp_path, dataset(8), world_model_coeff=coeff, temperature=temperature,
-                           per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=2)
+    trainer = make_trainer(
+        tmp_path,
+        dataset(8),
+        world_model_coeff=coeff,
+        temperature=temperature,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+    )
     calls, handle = count_forwards(trainer.model)
     trainer.train()
     handle.remove()
@@ -163,8 +210,9 @@ def test_lambda_zero_reproduces_grpo_loss_exactly(tmp_path):
 
 @pytest.mark.parametrize("normalization", ["token", "sequence"])
 def test_world_gradient_matches_full_logits_reference(tmp_path, normalization):
-    trainer = make_trainer(tmp_path, world_model_coeff=1.0, use_policy_loss=False,
-                           world_loss_normalization=normalization)
+    trainer = make_trainer(
+        tmp_path, world_model_coeff=1.0, use_policy_loss=False, world_loss_normalization=normalization
+    )
     inputs = batch(trainer)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     loss = trainer._compute_loss(trainer.model, inputs)
@@ -177,8 +225,14 @@ def test_world_gradient_matches_full_logits_reference(tmp_path, normalization):
 
 
 def test_world_temperature_one_is_true_ce_even_when_trl_samples_at_0_7(tmp_path):
-    trainer = make_trainer(tmp_path, world_model_coeff=1.0, use_policy_loss=False, temperature=0.7,
-                           world_loss_temperature=1.0, world_loss_normalization="token")
+    trainer = make_trainer(
+        tmp_path,
+        world_model_coeff=1.0,
+        use_policy_loss=False,
+        temperature=0.7,
+        world_loss_temperature=1.0,
+        world_loss_normalization="token",
+    )
     inputs = batch(trainer)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     calls, handle = count_forwards(trainer.model)
@@ -212,8 +266,14 @@ def test_batch_without_env_tokens_trains_policy_and_gives_zero_world_loss(tmp_pa
 
 
 def test_offline_advantages_by_group_and_each_trajectory_once_per_epoch(tmp_path):
-    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"), trajectory(3, 0.5, "b"),
-          trajectory(4, 1.0, "solo"), trajectory(5, 0.2, "other")]
+    ts = [
+        trajectory(0, 1.0, "a"),
+        trajectory(1, 0.0, "a"),
+        trajectory(2, 0.5, "b"),
+        trajectory(3, 0.5, "b"),
+        trajectory(4, 1.0, "solo"),
+        trajectory(5, 0.2, "other"),
+    ]
     ds = trajectories_to_dataset(ts)
     trainer = make_trainer(tmp_path, ds, per_device_train_batch_size=2, scale_rewards="group")
     adv = trainer.train_dataset[ADVANTAGE_COLUMN]
@@ -256,8 +316,15 @@ def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_i
     assert online.max_completion_length is None
     check_settings(online, None, offline=False, online=True)
     assert online.max_completion_length == trl_default  # online generation keeps TRL's bound
-    dr = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", loss_type="dr_grpo",
-                        per_device_train_batch_size=4, num_generations=2)
+    dr = EchoGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        loss_type="dr_grpo",
+        per_device_train_batch_size=4,
+        num_generations=2,
+    )
     with pytest.raises(EchoTrlError, match="dr_grpo.* divides by max_completion_length"):
         check_settings(dr, ds, offline=True, online=False)
 
@@ -267,12 +334,18 @@ def test_gradient_accumulation_is_exact(tmp_path):
     from trl.trainer.utils import split_tensor_dict
 
     model = tiny_model()
-    whole = make_trainer(tmp_path / "a", model=copy.deepcopy(model), world_model_coeff=0.5,
-                         world_loss_normalization="token")
+    whole = make_trainer(
+        tmp_path / "a", model=copy.deepcopy(model), world_model_coeff=0.5, world_loss_normalization="token"
+    )
     whole._compute_loss(whole.model, batch(whole)).backward()
-    split = make_trainer(tmp_path / "b", model=copy.deepcopy(model), world_model_coeff=0.5,
-                         world_loss_normalization="token", per_device_train_batch_size=2,
-                         gradient_accumulation_steps=2)
+    split = make_trainer(
+        tmp_path / "b",
+        model=copy.deepcopy(model),
+        world_model_coeff=0.5,
+        world_loss_normalization="token",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+    )
     gen = batch(split)
     assert split.args.steps_per_generation == 2
     for part in split_tensor_dict(gen, 2):
@@ -289,13 +362,23 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
 
     from echo_trl.train.loss import global_count
 
-    ts = [trajectory(0, 1.0, "a"), trajectory(1, 0.0, "a"), trajectory(2, 0.5, "b"),
-          trajectory(3, 0.1, "b", empty_outputs=True)]  # the last row has no world token
+    ts = [
+        trajectory(0, 1.0, "a"),
+        trajectory(1, 0.0, "a"),
+        trajectory(2, 0.5, "b"),
+        trajectory(3, 0.1, "b", empty_outputs=True),
+    ]  # the last row has no world token
     ts[0].completion[1]["content"] = " ".join(f"item{k}" for k in range(40))
-    trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), world_model_coeff=0.5,
-                           world_loss_normalization=normalization,
-                           use_policy_loss=False, per_device_train_batch_size=1, gradient_accumulation_steps=2,
-                           steps_per_generation=4)
+    trainer = make_trainer(
+        tmp_path,
+        trajectories_to_dataset(ts),
+        world_model_coeff=0.5,
+        world_loss_normalization=normalization,
+        use_policy_loss=False,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+    )
     gen = batch(trainer)
     parts = split_tensor_dict(gen, 4)
     for part in parts[:2]:  # the first optimizer step's window
@@ -303,8 +386,10 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
     got = [p.grad.clone() for p in trainer.model.parameters()]
     trainer.model.zero_grad()
     # the true loss of the window, from the model's own logits (float64 sums of the per-row CE)
-    window = {k: torch.cat([p[k] for p in parts[:2]]) for k in ("prompt_ids", "prompt_mask", "completion_ids",
-                                                                 "completion_mask", "world_mask")}
+    window = {
+        k: torch.cat([p[k] for p in parts[:2]])
+        for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "world_mask")
+    }
     nll = -reference_logps(trainer.model, window).double() * window["world_mask"]
     per_row = nll.sum(-1) if normalization == "token" else nll.sum(-1) / window["world_mask"].sum(-1).clamp(min=1)
     n_window = global_count(window["world_mask"], normalization).item()
@@ -323,20 +408,26 @@ def test_importance_ratio_uses_behavior_logprobs(tmp_path):
     with torch.no_grad():
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
         attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, ids.size(1) -
-                                                                 inputs["prompt_ids"].size(1))
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attn, ids.size(1) - inputs["prompt_ids"].size(1)
+        )
     action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
     # The batch rows follow the dataset order (no shuffle in _generate_and_score_completions)
     recorded = [logps[i][action[i]].tolist() for i in range(len(logps))]
-    ds_same = trajectories_to_dataset([trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1),
-                                                  behavior=recorded[i]) for i in range(4)])
+    ds_same = trajectories_to_dataset(
+        [
+            trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1), behavior=recorded[i])
+            for i in range(4)
+        ]
+    )
     same = make_trainer(tmp_path, ds_same, model=trainer.model)
     same_inputs = batch(same)
     assert torch.isfinite(same_inputs["old_per_token_logps"][action]).all()
     assert same._compute_loss(same.model, same_inputs).item() == pytest.approx(on_policy, abs=1e-5)
     shifted = [[v - 0.5 for v in r] for r in recorded]  # behavior was less likely: ratio e^0.5 > 1 + epsilon
-    ds_shift = trajectories_to_dataset([trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1),
-                                                   behavior=shifted[i]) for i in range(4)])
+    ds_shift = trajectories_to_dataset(
+        [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", warning=(i == 1), behavior=shifted[i]) for i in range(4)]
+    )
     off = make_trainer(tmp_path, ds_shift, model=trainer.model)
     off_loss = off._compute_loss(off.model, batch(off)).item()
     assert off_loss != pytest.approx(on_policy, abs=1e-4)
@@ -366,16 +457,23 @@ def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
 
 
 @pytest.mark.parametrize("temperature, world_temperature", [(0.7, 0.7), (1.0, 0.5), (0.7, 0.5)])
-def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures(tmp_path, temperature,
-                                                                                  world_temperature):
+def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures(
+    tmp_path, temperature, world_temperature
+):
     """eval_world/ce_env is the paper's held-out CE (temperature 1), also when TRL samples at another temperature
     and the world term trains at yet another; the training metric stays the CE the world term trains on."""
     from echo_trl.train.world_eval import evaluate_world_model
 
     held = trajectories_to_dataset([trajectory(10 + i, 0.5, f"h{i}", warning=(i == 0)) for i in range(3)])
-    trainer = make_trainer(tmp_path, eval_dataset=held, temperature=temperature,
-                           world_loss_temperature=world_temperature, world_loss_normalization="token",
-                           world_model_coeff=1.0, use_policy_loss=False)
+    trainer = make_trainer(
+        tmp_path,
+        eval_dataset=held,
+        temperature=temperature,
+        world_loss_temperature=world_temperature,
+        world_loss_normalization="token",
+        world_model_coeff=1.0,
+        use_policy_loss=False,
+    )
     ref = evaluate_world_model(trainer.model, tiny_tokenizer("qwen3"), held)
     metrics = trainer.evaluate()
     assert metrics["eval_world/ce_env"] == pytest.approx(ref["ce_env"], rel=1e-5)
@@ -412,13 +510,21 @@ def test_eval_counts_each_heldout_trajectory_once(tmp_path):
 
 
 def test_training_logs_world_metrics_and_filter_counters(tmp_path):
-    ts = [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", error=(i % 2 == 0), warning=(i == 1))
-          for i in range(4)]
+    ts = [trajectory(i, [1.0, 0.0, 0.5, 0.1][i], f"g{i // 2}", error=(i % 2 == 0), warning=(i == 1)) for i in range(4)]
     trainer = make_trainer(tmp_path, trajectories_to_dataset(ts), wm_filter_min_correct_pct=100)
     trainer.train()
     log = next(h for h in trainer.state.log_history if "world/ce_env" in h)
-    for key in ("world/ce_warning", "world/loss_unscaled", "world/loss_scaled", "world/coeff", "world/tokens_env",
-                "world/tokens_warning", "world/tokens_action", "world/filtered_rollouts", "world/filtered_frac"):
+    for key in (
+        "world/ce_warning",
+        "world/loss_unscaled",
+        "world/loss_scaled",
+        "world/coeff",
+        "world/tokens_env",
+        "world/tokens_warning",
+        "world/tokens_action",
+        "world/filtered_rollouts",
+        "world/filtered_frac",
+    ):
         assert key in log, key
     assert log["world/filtered_rollouts"] == 2 and log["world/coeff"] == 0.05
     assert log["world/tokens_warning"] > 0 and log["world/tokens_env"] > 0
@@ -434,20 +540,33 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
         """
         return x
 
-    args = dict(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, use_cpu=True,
-                report_to="none")
+    args = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, use_cpu=True, report_to="none"
+    )
     with pytest.raises(EchoTrlError, match="recorded trajectories"):
-        EchoGRPOTrainer(tiny_model(), args=EchoGRPOConfig(**args), train_dataset=dataset(),
-                        processing_class=tiny_tokenizer("qwen3"), tools=[tool], reward_funcs=[lambda **k: [0.0]])
+        EchoGRPOTrainer(
+            tiny_model(),
+            args=EchoGRPOConfig(**args),
+            train_dataset=dataset(),
+            processing_class=tiny_tokenizer("qwen3"),
+            tools=[tool],
+            reward_funcs=[lambda **k: [0.0]],
+        )
     with pytest.raises(EchoTrlError, match="Liger"):
-        EchoGRPOTrainer(tiny_model(), args=EchoGRPOConfig(**args, use_liger_kernel=True,
-                                                          liger_kernel_config={"fused_linear_cross_entropy": True}),
-                        train_dataset=dataset(), processing_class=tiny_tokenizer("qwen3"))
+        EchoGRPOTrainer(
+            tiny_model(),
+            args=EchoGRPOConfig(
+                **args, use_liger_kernel=True, liger_kernel_config={"fused_linear_cross_entropy": True}
+            ),
+            train_dataset=dataset(),
+            processing_class=tiny_tokenizer("qwen3"),
+        )
     with pytest.raises(EchoTrlError, match="EchoGRPOConfig"):
         from trl import GRPOConfig
 
-        EchoGRPOTrainer(tiny_model(), args=GRPOConfig(**args), train_dataset=dataset(),
-                        processing_class=tiny_tokenizer("qwen3"))
+        EchoGRPOTrainer(
+            tiny_model(), args=GRPOConfig(**args), train_dataset=dataset(), processing_class=tiny_tokenizer("qwen3")
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,11 +593,25 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
         return f"Sunny in {city}, 21 C"
 
     trainer = EchoGRPOTrainer(
-        tiny_model(), reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
-        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                            max_steps=1, use_cpu=True, bf16=False, report_to="none", max_completion_length=128,
-                            gradient_checkpointing=False, disable_tqdm=True, world_model_coeff=0.05),
-        train_dataset=_prompt_dataset(), processing_class=tok, tools=[lookup])
+        tiny_model(),
+        reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+        args=EchoGRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            max_completion_length=128,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            world_model_coeff=0.05,
+        ),
+        train_dataset=_prompt_dataset(),
+        processing_class=tok,
+        tools=[lookup],
+    )
     call = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
     turns = iter([call, "It is sunny.<|im_end|>"])
 
@@ -507,10 +640,14 @@ def _rollout(tok):
         p = tok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
         c = tok("call<|im_end|>result text warn", add_special_tokens=False)["input_ids"]
         n = len(c)
-        return {"prompt_ids": [p] * len(prompts), "completion_ids": [c] * len(prompts), "logprobs": None,
-                "env_mask": [[1] * 3 + [0] * (n - 3)] * len(prompts),
-                "env_output_mask": [[0] * 3 + [1] * (n - 4) + [0]] * len(prompts),
-                "warning_mask": [[0] * (n - 1) + [1]] * len(prompts)}
+        return {
+            "prompt_ids": [p] * len(prompts),
+            "completion_ids": [c] * len(prompts),
+            "logprobs": None,
+            "env_mask": [[1] * 3 + [0] * (n - 3)] * len(prompts),
+            "env_output_mask": [[0] * 3 + [1] * (n - 4) + [0]] * len(prompts),
+            "warning_mask": [[0] * (n - 1) + [1]] * len(prompts),
+        }
 
     return rollout
 
@@ -519,11 +656,25 @@ def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
     tok = tiny_tokenizer("qwen3")
     rollout = _rollout(tok)
     trainer = EchoGRPOTrainer(
-        tiny_model(), reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
-        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                            max_steps=1, use_cpu=True, bf16=False, report_to="none", max_completion_length=64,
-                            gradient_checkpointing=False, disable_tqdm=True, logging_steps=1),
-        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=rollout)
+        tiny_model(),
+        reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+        args=EchoGRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            max_completion_length=64,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            logging_steps=1,
+        ),
+        train_dataset=_prompt_dataset(),
+        processing_class=tok,
+        rollout_func=rollout,
+    )
     trainer.model.train()
     out = trainer._generate_and_score_completions(list(trainer.train_dataset))
     n = out["completion_mask"][0].sum().item()
@@ -537,11 +688,26 @@ def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
 def test_verifier_free_online_echo_needs_no_reward(tmp_path):
     tok = tiny_tokenizer("qwen3")
     trainer = EchoGRPOTrainer(
-        tiny_model(), args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                                          max_steps=1, use_cpu=True, bf16=False, report_to="none",
-                                          max_completion_length=64, gradient_checkpointing=False, disable_tqdm=True,
-                                          logging_steps=1, use_policy_loss=False, world_model_coeff=1.0),
-        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=_rollout(tok))
+        tiny_model(),
+        args=EchoGRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            max_completion_length=64,
+            gradient_checkpointing=False,
+            disable_tqdm=True,
+            logging_steps=1,
+            use_policy_loss=False,
+            world_model_coeff=1.0,
+        ),
+        train_dataset=_prompt_dataset(),
+        processing_class=tok,
+        rollout_func=_rollout(tok),
+    )
     trainer.train()
     log = next(h for h in trainer.state.log_history if "world/loss_scaled" in h)
     assert log["loss"] == pytest.approx(log["world/loss_scaled"], rel=1e-4)  # world term only
@@ -556,17 +722,33 @@ def test_online_sampler_is_trls_order_and_resumable(tmp_path):
     tok = tiny_tokenizer("qwen3")
     prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(6)]})
     trainer = EchoGRPOTrainer(
-        tiny_model(), args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
-                                          max_steps=1, use_cpu=True, bf16=False, report_to="none", seed=3,
-                                          max_completion_length=64, disable_tqdm=True),
-        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], train_dataset=prompts,
-        processing_class=tok, rollout_func=_rollout(tok))
+        tiny_model(),
+        args=EchoGRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            seed=3,
+            max_completion_length=64,
+            disable_tqdm=True,
+        ),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        train_dataset=prompts,
+        processing_class=tok,
+        rollout_func=_rollout(tok),
+    )
     trl_sampler = GRPOTrainer._get_train_sampler(trainer, prompts)
     trl_epochs = [list(trl_sampler) for _ in range(3)]
     assert trl_epochs[0] != trl_epochs[1]
     ours = trainer._get_train_sampler()
     assert (ours.mini_repeat_count, ours.batch_size, ours.repeat_count) == (
-        trl_sampler.mini_repeat_count, trl_sampler.batch_size, trl_sampler.repeat_count)
+        trl_sampler.mini_repeat_count,
+        trl_sampler.batch_size,
+        trl_sampler.repeat_count,
+    )
     assert [list(ours) for _ in range(3)] == trl_epochs
     for e in (2, 1):
         fresh = trainer._get_train_sampler()
@@ -616,12 +798,34 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
     script = tmp_path / "ddp_run.py"
     script.write_text(_DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, str(script), "4", str(tmp_path / "single.pt"), normalization, "0"],
-                            env=env, capture_output=True, text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, str(script), "4", str(tmp_path / "single.pt"), normalization, "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(free_port()), str(script), "2", str(tmp_path / "ddp.pt"), normalization, "1"],
-                         env=env, capture_output=True, text=True, timeout=300)
+    ddp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            str(script),
+            "2",
+            str(tmp_path / "ddp.pt"),
+            normalization,
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
     assert a.keys() == b.keys() and a
@@ -635,8 +839,11 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
 FP16_WARNING = "fp16 weights or autocast"
 
 
-@pytest.mark.parametrize("dtype, flags", [(torch.bfloat16, {}), (torch.float16, {}), (torch.float32, {"bf16": True})],
-                         ids=["bf16-weights", "fp16-weights", "bf16-autocast"])
+@pytest.mark.parametrize(
+    "dtype, flags",
+    [(torch.bfloat16, {}), (torch.float16, {}), (torch.float32, {"bf16": True})],
+    ids=["bf16-weights", "fp16-weights", "bf16-autocast"],
+)
 def test_half_precision_at_top_lambda_with_equal_rewards_logs_finite_exact_metrics(tmp_path, recwarn, dtype, flags):
     """Two steps at lambda = 1 with all-equal rewards (zero advantages: the world term is the whole loss), in
     bf16 / fp16: every logged world metric is finite and step 1's equal an independent CE from the model's own
@@ -698,8 +905,11 @@ def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(t
 
     monkeypatch.setattr(EchoGRPOTrainer, "_get_per_token_logps_and_entropies", with_nan)
     before = copy.deepcopy(trainer.model.state_dict())
-    with pytest.raises(EchoTrlError, match=r"optimizer step 1: the world-model cross-entropy on environment-output "
-                                           r"tokens is nan .*GRPO term is non-finite too.*bf16"):
+    with pytest.raises(
+        EchoTrlError,
+        match=r"optimizer step 1: the world-model cross-entropy on environment-output "
+        r"tokens is nan .*GRPO term is non-finite too.*bf16",
+    ):
         trainer.train()
     for name, value in trainer.model.state_dict().items():
         assert torch.equal(value, before[name]), name

@@ -9,10 +9,10 @@ import torch
 from conftest import tiny_tokenizer
 from test_trainer import batch, tiny_model, trajectory
 
-from echo_trl.train import collator, token_cache, tokenization
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens
+from echo_trl.train import collator, token_cache, tokenization
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -32,40 +32,70 @@ def grouped_dataset(n: int = 8):
 
 
 def make(tmp_path, share: bool, *, ds=None, model=None, peft_config=None, **kw) -> EchoGRPOTrainer:
-    args = dict(output_dir=str(tmp_path / f"share{int(share)}"), per_device_train_batch_size=4, num_generations=2,
-                max_steps=2, use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
-                max_completion_length=1024, gradient_checkpointing=False, learning_rate=1e-2, disable_tqdm=True,
-                world_model_coeff=0.5, shuffle_dataset=False, prefix_sharing=share, prefix_sharing_min_tokens=8,
-                per_device_eval_batch_size=2,
-                # SGD: weights move linearly in the gradient. Adam divides by sqrt(v), which turns float-rounding
-                # differences of near-zero gradient entries into lr-sized steps (measured: up to 1e-4 after 2 steps).
-                optim="sgd")
+    args = dict(
+        output_dir=str(tmp_path / f"share{int(share)}"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        max_completion_length=1024,
+        gradient_checkpointing=False,
+        learning_rate=1e-2,
+        disable_tqdm=True,
+        world_model_coeff=0.5,
+        shuffle_dataset=False,
+        prefix_sharing=share,
+        prefix_sharing_min_tokens=8,
+        per_device_eval_batch_size=2,
+        # SGD: weights move linearly in the gradient. Adam divides by sqrt(v), which turns float-rounding
+        # differences of near-zero gradient entries into lr-sized steps (measured: up to 1e-4 after 2 steps).
+        optim="sgd",
+    )
     args.update(kw)
-    return EchoGRPOTrainer(model or tiny_model(), args=EchoGRPOConfig(**args),
-                           train_dataset=grouped_dataset() if ds is None else ds, processing_class=tiny_tokenizer("qwen3"),
-                           peft_config=peft_config)
+    return EchoGRPOTrainer(
+        model or tiny_model(),
+        args=EchoGRPOConfig(**args),
+        train_dataset=grouped_dataset() if ds is None else ds,
+        processing_class=tiny_tokenizer("qwen3"),
+        peft_config=peft_config,
+    )
 
 
 def _no_rendering(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("a training step rendered / tokenized a trajectory")
 
-    for module, name in [(collator, "tokenize_with_roles"), (tokenization, "tokenize_batch"),
-                         (tokenization, "tokenize_with_roles"), (tokenization, "layout"),
-                         (token_cache, "tokenize_rows")]:
+    for module, name in [
+        (collator, "tokenize_with_roles"),
+        (tokenization, "tokenize_batch"),
+        (tokenization, "tokenize_with_roles"),
+        (tokenization, "layout"),
+        (token_cache, "tokenize_rows"),
+    ]:
         monkeypatch.setattr(module, name, boom)
 
 
 def test_training_and_evaluation_steps_never_render_a_chat_template(tmp_path, monkeypatch):
-    eval_trainer = EchoGRPOTrainer(tiny_model(), args=make(tmp_path, True).args, train_dataset=grouped_dataset(),
-                                   eval_dataset=grouped_dataset(4), processing_class=tiny_tokenizer("qwen3"))
+    eval_trainer = EchoGRPOTrainer(
+        tiny_model(),
+        args=make(tmp_path, True).args,
+        train_dataset=grouped_dataset(),
+        eval_dataset=grouped_dataset(4),
+        processing_class=tiny_tokenizer("qwen3"),
+    )
     assert set(TOKEN_COLUMNS) <= set(eval_trainer.train_dataset.column_names)
     assert set(TOKEN_COLUMNS) <= set(eval_trainer.eval_dataset.column_names)
     _no_rendering(monkeypatch)
     seen = []
     original = collator.trajectory_features
-    monkeypatch.setattr("echo_trl.trainer.trajectory_features",
-                        lambda tok, row, s: seen.append(has_tokens(row)) or original(tok, row, s))
+    monkeypatch.setattr(
+        "echo_trl.trainer.trajectory_features",
+        lambda tok, row, s: seen.append(has_tokens(row)) or original(tok, row, s),
+    )
     eval_trainer.train()  # the dataloader keeps the cached columns (TRL's signature-column removal)
     metrics = eval_trainer.evaluate()
     assert seen and all(seen) and "eval_world/ce_env" in metrics
@@ -101,8 +131,9 @@ def test_shared_and_unshared_runs_are_the_same(tmp_path, case):
     elif case == "lora":
         from peft import LoraConfig
 
-        peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
-                          task_type="CAUSAL_LM")
+        peft = LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, task_type="CAUSAL_LM"
+        )
         kw = dict(learning_rate=5e-2)
     else:
         kw = dict(max_completion_length=40)
@@ -129,8 +160,9 @@ def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
     grads, losses, kl = {}, {}, {}
     for share in (False, True):
         model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
-        trainer = make(tmp_path, share, model=model, shuffle_dataset=True, max_completion_length=60, beta=0.04,
-                       num_iterations=2)  # the sampling-time old log-probs forward too
+        trainer = make(
+            tmp_path, share, model=model, shuffle_dataset=True, max_completion_length=60, beta=0.04, num_iterations=2
+        )  # the sampling-time old log-probs forward too
         trainer.model.train()
         trainer.current_gradient_accumulation_steps = 1
         inputs = batch(trainer, grouped_dataset(4))
@@ -152,8 +184,15 @@ def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
 
 
 def test_shuffled_grouped_order_keeps_groups_in_one_micro_batch_and_is_resumable(tmp_path):
-    trainer = make(tmp_path, True, shuffle_dataset=True, per_device_train_batch_size=2,
-                   gradient_accumulation_steps=2, num_train_epochs=2, max_steps=-1)
+    trainer = make(
+        tmp_path,
+        True,
+        shuffle_dataset=True,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        num_train_epochs=2,
+        max_steps=-1,
+    )
     groups = trainer.train_dataset["group_id"]
     sampler = trainer._get_train_sampler()
     streams = [list(sampler) for _ in range(2)]  # each generation batch of 4 twice (steps_per_generation)

@@ -19,8 +19,8 @@ from test_trainer import _prompt_dataset, _rollout, batch, make_trainer, tiny_mo
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from echo_trl.train import trl_compat
 from echo_trl.config import EchoGRPOConfig
+from echo_trl.train import trl_compat
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -30,9 +30,17 @@ HOOKS = {
     "_generate": ["self", "prompts"],
     "_generate_and_score_completions": ["self", "inputs"],
     "_compute_loss": ["self", "model", "inputs"],
-    "_get_per_token_logps_and_entropies": ["self", "model", "input_ids", "attention_mask", "logits_to_keep",
-                                           "batch_size", "compute_entropy", "compute_aux_loss",
-                                           *trl_compat.FORWARD_KWARGS],
+    "_get_per_token_logps_and_entropies": [
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+        "compute_aux_loss",
+        *trl_compat.FORWARD_KWARGS,
+    ],
     "_get_train_sampler": ["self", "dataset"],
     "_get_eval_sampler": ["self", "eval_dataset"],
     "_set_signature_columns_if_needed": ["self"],
@@ -66,7 +74,8 @@ def _version(text: str) -> tuple[int, ...]:
 def test_installed_trl_is_in_the_range_this_module_is_written_for():
     low, high = trl_compat.TRL_VERSION_RANGE
     assert _version(low) <= _version(trl.__version__) < _version(high), (
-        f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/train/trl_compat.py")
+        f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/train/trl_compat.py"
+    )
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("trl"))
     assert _version(pin.split(">=")[1]) == _version(low) and _version(pin.split("<")[1]) == _version(high), pin
@@ -76,7 +85,7 @@ def test_installed_trl_is_in_the_range_this_module_is_written_for():
 def test_private_hooks_keep_their_signatures(name):
     assert hasattr(GRPOTrainer, name), f"GRPOTrainer.{name} is gone"
     params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
-    assert params[:len(HOOKS[name])] == HOOKS[name], f"GRPOTrainer.{name}{params} moved"
+    assert params[: len(HOOKS[name])] == HOOKS[name], f"GRPOTrainer.{name}{params} moved"
 
 
 def test_private_attributes_exist_with_the_expected_shapes(tmp_path):
@@ -97,10 +106,23 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
     positions ``generated_rollouts`` reads."""
     tok = tiny_tokenizer("qwen3")
     trainer = EchoGRPOTrainer(
-        tiny_model(), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-        args=EchoGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, max_steps=1,
-                            use_cpu=True, bf16=False, report_to="none", max_completion_length=64, disable_tqdm=True),
-        train_dataset=_prompt_dataset(), processing_class=tok, rollout_func=_rollout(tok))
+        tiny_model(),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=EchoGRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            max_completion_length=64,
+            disable_tqdm=True,
+        ),
+        train_dataset=_prompt_dataset(),
+        processing_class=tok,
+        rollout_func=_rollout(tok),
+    )
     expected = _rollout(tok)([None, None], trainer)
     result = GRPOTrainer._generate(trainer, [row["prompt"] for row in _prompt_dataset()])
     assert isinstance(result, tuple) and len(result) == 8
@@ -154,8 +176,9 @@ def test_repeat_sampler_fields_the_resumable_sampler_copies():
     for field in ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed", "num_samples"):
         assert getattr(ours, field) == getattr(trl_sampler, field), field
     assert isinstance(trl_sampler.generator, torch.Generator)
-    assert list(ours) == list(RepeatSampler(data_source=range(6), mini_repeat_count=2, batch_size=3,
-                                            repeat_count=2, seed=1))
+    assert list(ours) == list(
+        RepeatSampler(data_source=range(6), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=1)
+    )
 
 
 def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
@@ -178,5 +201,3 @@ def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
         fresh.set_epoch(e)
         assert list(fresh) == trl_epochs[e]
     assert list(RepeatSampler(**kw())) == trl_epochs[0]  # TRL's fresh sampler: epoch 0 whatever the epoch
-
-

@@ -8,10 +8,10 @@ import torch
 from conftest import tiny_tokenizer
 from test_collator import traj
 
-from echo_trl.train.collator import CollatorSettings, trajectory_features
-from echo_trl.train.online_masks import GeneratedRollouts, online_masks
 from echo_trl.roles import Role
 from echo_trl.tokens.world_mask import world_mask
+from echo_trl.train.collator import CollatorSettings, trajectory_features
+from echo_trl.train.online_masks import GeneratedRollouts, online_masks
 
 C, A, E, W, OBS = (r.code for r in (Role.CONTEXT, Role.ACTION, Role.ENV_OUTPUT, Role.WARNING, Role.OBSERVATION))
 #          action | observation 1 (wrapper, 3 env, warning) | action | observation 2 (two tool messages)
@@ -26,13 +26,16 @@ def test_targets_widen_from_env_only_to_all():
         world_mask(ROLES, "everything")
 
 
-@pytest.mark.parametrize("target, cap, expected", [
-    # the first 2 env tokens of each observation; observation 2 holds two tool messages, capped together
-    ("env_only", 2, [4, 5, 12, 13]),
-    ("env_only", 4, [4, 5, 6, 12, 13, 16, 17]),
-    ("all", 3, [3, 4, 5, 11, 12, 13]),
-    ("observation", 100, [3, 4, 5, 6, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19]),
-])
+@pytest.mark.parametrize(
+    "target, cap, expected",
+    [
+        # the first 2 env tokens of each observation; observation 2 holds two tool messages, capped together
+        ("env_only", 2, [4, 5, 12, 13]),
+        ("env_only", 4, [4, 5, 6, 12, 13, 16, 17]),
+        ("all", 3, [3, 4, 5, 11, 12, 13]),
+        ("observation", 100, [3, 4, 5, 6, 7, 11, 12, 13, 14, 15, 16, 17, 18, 19]),
+    ],
+)
 def test_cap_counts_world_tokens_per_observation(target, cap, expected):
     assert np.flatnonzero(world_mask(ROLES, target, max_tokens=cap)).tolist() == expected
 
@@ -55,11 +58,19 @@ def test_online_masks_equal_offline_collation_for_the_same_tokens(cap):
     settings = CollatorSettings(max_world_model_tokens=cap)
     t = traj(outputs=('{"items": [1, 2, 3, 4]}', "Error: no such product", "added"))
     f = trajectory_features(tok, t, settings)
-    rollouts = GeneratedRollouts([f.completion_ids], [f.action_mask], [t.completion],
-                                 {"env_output_mask": [f.env_output_mask]})
+    rollouts = GeneratedRollouts(
+        [f.completion_ids], [f.action_mask], [t.completion], {"env_output_mask": [f.env_output_mask]}
+    )
     ones = torch.ones(1, len(f.completion_ids), dtype=torch.long)
-    masks = online_masks(rollouts, ones, torch.tensor([f.action_mask]), tokenizer=tok, tools=["search", "add"],
-                         settings=settings, render_suffix=lambda msgs: pytest.fail("not needed"))
+    masks = online_masks(
+        rollouts,
+        ones,
+        torch.tensor([f.action_mask]),
+        tokenizer=tok,
+        tools=["search", "add"],
+        settings=settings,
+        render_suffix=lambda msgs: pytest.fail("not needed"),
+    )
     assert masks.world_mask[0].tolist() == f.world_mask
     assert masks.env_output_mask[0].tolist() == f.env_output_mask
     if cap is not None:

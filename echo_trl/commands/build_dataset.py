@@ -42,26 +42,47 @@ file:record: field) or an --output that cannot be written, 1 internal error."""
 def build_parser() -> argparse.ArgumentParser:
     from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
-    p = ArgumentParser(prog="echo-trl build-dataset", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(
+        prog="echo-trl build-dataset",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("inputs", nargs="+", metavar="EPISODE_FILES_OR_DIRS", help=".json/.jsonl files or directories")
     p.add_argument("--output", "-o", required=True, metavar="DIR", help="where to save the dataset")
-    p.add_argument("--skip-invalid", action="store_true",
-                   help="keep valid episodes and report invalid ones (default: stop at the first invalid one)")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="keep valid episodes and report invalid ones (default: stop at the first invalid one)",
+    )
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the dataset and its card to this Hub repo")
     p.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    p.add_argument("--compact-tools", action="store_true",
-                   help="drop the response documentation fastapi-mcp appends to each tool description "
-                        "(AWM tool schemas shrink ~5x; the input schemas are kept)")
-    p.add_argument("--system-prompt", default=DEFAULT_SYSTEM_PROMPT,
-                   help="system prompt of every trajectory ('{scenario}' is filled in; '' for none; "
-                        "with --format awm-agent the default is the official agent's prompt)")
-    p.add_argument("--format", choices=FORMATS, default="chat-template",
-                   help="conversation format (default chat-template; awm-agent: the official AWM agent's)")
-    p.add_argument("--verify-turn", choices=VERIFY_TURNS, default=None,
-                   help="the verifier step as an env_output message, or omitted (default: env_output for "
-                        "chat-template, omit for awm-agent: the official agent never shows the verifier, and "
-                        "its raw_result can reveal the answer)")
+    p.add_argument(
+        "--compact-tools",
+        action="store_true",
+        help="drop the response documentation fastapi-mcp appends to each tool description "
+        "(AWM tool schemas shrink ~5x; the input schemas are kept)",
+    )
+    p.add_argument(
+        "--system-prompt",
+        default=DEFAULT_SYSTEM_PROMPT,
+        help="system prompt of every trajectory ('{scenario}' is filled in; '' for none; "
+        "with --format awm-agent the default is the official agent's prompt)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="chat-template",
+        help="conversation format (default chat-template; awm-agent: the official AWM agent's)",
+    )
+    p.add_argument(
+        "--verify-turn",
+        choices=VERIFY_TURNS,
+        default=None,
+        help="the verifier step as an env_output message, or omitted (default: env_output for "
+        "chat-template, omit for awm-agent: the official agent never shows the verifier, and "
+        "its raw_result can reveal the answer)",
+    )
     return p
 
 
@@ -69,15 +90,22 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.compact_tools and args.format == "awm-agent":
-        parser.error("--compact-tools applies to --format chat-template (awm-agent lists the tools "
-                     "exactly as the official agent does)")
+        parser.error(
+            "--compact-tools applies to --format chat-template (awm-agent lists the tools "
+            "exactly as the official agent does)"
+        )
     check_output_dir(args.output, replace_if=DATASET_MARKER)  # before the build, not after it
     skipped: list[SkippedRecord] = []
-    ds = build_awm_dataset(args.inputs, strict=not args.skip_invalid, system_prompt=args.system_prompt or None,
-                           skipped=skipped, compact_tools=args.compact_tools, format=args.format,
-                           verify_turn=args.verify_turn)
-    out = save_dataset(ds, args.output, skipped=skipped, push_to_hub=args.push_to_hub,
-                       private=args.private or None)
+    ds = build_awm_dataset(
+        args.inputs,
+        strict=not args.skip_invalid,
+        system_prompt=args.system_prompt or None,
+        skipped=skipped,
+        compact_tools=args.compact_tools,
+        format=args.format,
+        verify_turn=args.verify_turn,
+    )
+    out = save_dataset(ds, args.output, skipped=skipped, push_to_hub=args.push_to_hub, private=args.private or None)
     scenarios = len(set(ds["scenario"]))
     print(f"built {plural(len(ds), 'episode')} from {plural(scenarios, 'scenario')}, format {args.format} -> {out}")
     if skipped:

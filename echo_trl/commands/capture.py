@@ -54,49 +54,86 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
     p = ArgumentParser(
-        prog="echo-trl capture", description="Run an AWM scenario locally (SQLite + generated MCP server + "
+        prog="echo-trl capture",
+        description="Run an AWM scenario locally (SQLite + generated MCP server + "
         "code verifier, contained) and record episodes in the OpenEnv capture shape.",
-        epilog=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=REPLAY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", metavar="DIR", help="AWM-1K-format directory with gen_*.jsonl files")
     src.add_argument("--hub", action="store_true", help="read the Hub dataset (through the local HF cache)")
-    src.add_argument("--openenv", metavar="URL", help="capture from a running OpenEnv agent_world_model_env server "
-                     "(e.g. http://localhost:8000) instead of running the scenario here")
+    src.add_argument(
+        "--openenv",
+        metavar="URL",
+        help="capture from a running OpenEnv agent_world_model_env server "
+        "(e.g. http://localhost:8000) instead of running the scenario here",
+    )
     p.add_argument("--hub-repo", default=None, help="Hub dataset id (default Snowflake/AgentWorldModel-1K)")
     p.add_argument("--revision", default=None, help="Hub revision")
     p.add_argument("--scenario", required=True, help="scenario name, e.g. content_platform_1")
-    p.add_argument("--task-idx", type=int, action="append", default=None,
-                   help="task index (repeatable); default: every task the policy can play")
+    p.add_argument(
+        "--task-idx",
+        type=int,
+        action="append",
+        default=None,
+        help="task index (repeatable); default: every task the policy can play",
+    )
     p.add_argument("--policy", required=True, help="replay:FILE or model:PATH")
-    p.add_argument("--episodes", type=int, default=None,
-                   help="episodes per task (default 1; replaying recorded episodes: each recording once)")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="episodes per task (default 1; replaying recorded episodes: each recording once)",
+    )
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument("--max-steps", type=int, default=8, help="model policy: tool calls per episode (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="model policy: tokens per turn (default 256)")
     p.add_argument("--temperature", type=float, default=1.0, help="model policy: sampling temperature")
     p.add_argument("--seed", type=int, default=0, help="model policy: sampling seed")
     p.add_argument("--trust-remote-code", action="store_true", help="model policy: allow the model's own code")
-    p.add_argument("--verifier-mode", choices=("code",), default="code",
-                   help="only code verifiers (SQL mode needs an LLM judge; use the Python API with judge=...)")
+    p.add_argument(
+        "--verifier-mode",
+        choices=("code",),
+        default="code",
+        help="only code verifiers (SQL mode needs an LLM judge; use the Python API with judge=...)",
+    )
     p.add_argument("--tool-timeout", type=float, default=30.0, help="seconds per tool call (default 30)")
     p.add_argument("--verifier-timeout", type=float, default=30.0, help="seconds per verifier run (default 30)")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run the generated server and verifier code WITHOUT the bubblewrap sandbox (recorded in "
-                   "the capture log); by default capture refuses where the sandbox cannot be had")
-    p.add_argument("--stop-on-format-error", action="store_true",
-                   help="end an episode at its first unknown tool / invalid arguments (default: go on as AWM does; "
-                   "the episode reward stays -1.0 either way)")
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run the generated server and verifier code WITHOUT the bubblewrap sandbox (recorded in "
+        "the capture log); by default capture refuses where the sandbox cannot be had",
+    )
+    p.add_argument(
+        "--stop-on-format-error",
+        action="store_true",
+        help="end an episode at its first unknown tool / invalid arguments (default: go on as AWM does; "
+        "the episode reward stays -1.0 either way)",
+    )
     p.add_argument("--continue-after-format-error", action="store_true", help=argparse.SUPPRESS)  # now the default
-    p.add_argument("--format", choices=FORMATS, default="chat-template",
-                   help="model policy: the conversation it speaks: chat-template (tool schemas in the chat template, "
-                   "its tool calls; default) or awm-agent (the official AWM agent's list_tools/call_tool)")
-    p.add_argument("--verify-turn", choices=("env_output", "omit"), default=None,
-                   help="the verifier step as the last env_output turn of the recorded conversation (default with "
-                   "chat-template), or out of it under 'verification' (default with awm-agent: the policy never "
-                   "sees it, as in the official AWM agent)")
-    p.add_argument("--system-prompt", default=DEFAULT_SYSTEM_PROMPT,
-                   help="model policy: system prompt ('{scenario}' is filled in, other braces are text; '' for none; "
-                   "awm-agent: the official agent's unless given)")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="chat-template",
+        help="model policy: the conversation it speaks: chat-template (tool schemas in the chat template, "
+        "its tool calls; default) or awm-agent (the official AWM agent's list_tools/call_tool)",
+    )
+    p.add_argument(
+        "--verify-turn",
+        choices=("env_output", "omit"),
+        default=None,
+        help="the verifier step as the last env_output turn of the recorded conversation (default with "
+        "chat-template), or out of it under 'verification' (default with awm-agent: the policy never "
+        "sees it, as in the official AWM agent)",
+    )
+    p.add_argument(
+        "--system-prompt",
+        default=DEFAULT_SYSTEM_PROMPT,
+        help="model policy: system prompt ('{scenario}' is filled in, other braces are text; '' for none; "
+        "awm-agent: the official agent's unless given)",
+    )
     return p
 
 
@@ -119,8 +156,11 @@ def main(argv: list[str]) -> int:
         raise EchoTrlError(f"--policy must be replay:FILE or model:PATH, got {args.policy!r}")
     if args.openenv:
         return _capture_openenv(args, kind, target)
-    source = (ScenarioSource.from_dir(args.data) if args.data else
-              ScenarioSource.from_hub(args.hub_repo or HUB_REPO_ID, revision=args.revision))
+    source = (
+        ScenarioSource.from_dir(args.data)
+        if args.data
+        else ScenarioSource.from_hub(args.hub_repo or HUB_REPO_ID, revision=args.revision)
+    )
     scenario = source.load(args.scenario)
     if kind == "replay":
         policy = ReplayPolicy.from_file(target)
@@ -139,14 +179,20 @@ def main(argv: list[str]) -> int:
     rewards: dict[int, list[float]] = {}
     jobs = _jobs(args, policy, scenario.name, tasks)
     replay_checks: list[tuple[int, int, str]] = []
-    with AWMRuntime(scenario, tool_timeout=args.tool_timeout, verifier_timeout=args.verifier_timeout,
-                    verifier_mode=args.verifier_mode,
-                     format_error_ends_episode=args.stop_on_format_error,
-                     unsafe_no_sandbox=args.unsafe_no_sandbox) as runtime:
+    with AWMRuntime(
+        scenario,
+        tool_timeout=args.tool_timeout,
+        verifier_timeout=args.verifier_timeout,
+        verifier_mode=args.verifier_mode,
+        format_error_ends_episode=args.stop_on_format_error,
+        unsafe_no_sandbox=args.unsafe_no_sandbox,
+    ) as runtime:
         t_ready = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            files = {k: stack.enter_context(open(out / f"{scenario.name}_task{k}.jsonl", "a", encoding="utf-8"))
-                     for k in tasks}
+            files = {
+                k: stack.enter_context(open(out / f"{scenario.name}_task{k}.jsonl", "a", encoding="utf-8"))
+                for k in tasks
+            }
             for k, i in progress(jobs, desc=f"capture {scenario.name}", unit="episode", total=len(jobs)):
                 episode = runtime.new_episode(k)
                 try:
@@ -167,8 +213,11 @@ def main(argv: list[str]) -> int:
     elapsed = time.perf_counter() - t0
     loop = time.perf_counter() - t_ready
     lines = [
-        f"scenario: {scenario.name}", f"source: {source!r} ({json.dumps(scenario.sources)})",
-        f"policy: {args.policy}", f"tasks: {tasks}", f"episodes: {len(jobs)} ({_per_task(jobs)} per task)",
+        f"scenario: {scenario.name}",
+        f"source: {source!r} ({json.dumps(scenario.sources)})",
+        f"policy: {args.policy}",
+        f"tasks: {tasks}",
+        f"episodes: {len(jobs)} ({_per_task(jobs)} per task)",
         f"format errors: {'end the episode' if args.stop_on_format_error else 'the episode goes on'}; "
         f"verifier turn: {args.verify_turn}",
         f"outcomes: {json.dumps(counts, sort_keys=True)}",
@@ -197,9 +246,15 @@ def _model_policy(args: argparse.Namespace, target: str):
         system_prompt = None if args.system_prompt == DEFAULT_SYSTEM_PROMPT else system_prompt
     else:
         cls = ModelPolicy
-    return cls.from_pretrained(target, trust_remote_code=args.trust_remote_code, max_steps=args.max_steps,
-                               max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                               system_prompt=system_prompt)
+    return cls.from_pretrained(
+        target,
+        trust_remote_code=args.trust_remote_code,
+        max_steps=args.max_steps,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        system_prompt=system_prompt,
+    )
 
 
 def _jobs(args: argparse.Namespace, policy, scenario: str, tasks: list[int]) -> list[tuple[int, int]]:
@@ -227,18 +282,24 @@ def _replay_check(record: dict, task_idx: int, index: int) -> list[tuple[int, in
     marks = [s["replay_match"] for s in steps if "replay_match" in s]
     if not marks:
         return []
-    source = next((n[len("replay "):] for n in record["metadata"].get("notes", []) if n.startswith("replay ")), "?")
+    source = next((n[len("replay ") :] for n in record["metadata"].get("notes", []) if n.startswith("replay ")), "?")
     per_step = " ".join(f"{n}:{'same' if m else 'DIFFERENT'}" for n, m in enumerate(marks, 1))
-    return [(sum(marks), len(marks), f"replay check task {task_idx} episode {index} ({source}): "
-             f"{sum(marks)}/{len(marks)} same [{per_step}]")]
+    return [
+        (
+            sum(marks),
+            len(marks),
+            f"replay check task {task_idx} episode {index} ({source}): {sum(marks)}/{len(marks)} same [{per_step}]",
+        )
+    ]
 
 
 def _replay_lines(checks: list[tuple[int, int, str]]) -> list[str]:
     if not checks:
         return []
     same, total = sum(c[0] for c in checks), sum(c[1] for c in checks)
-    return [c[2] for c in checks] + [f"replay check total: {same}/{total} live observations equal the recorded "
-                                     "ones (timestamps normalised)"]
+    return [c[2] for c in checks] + [
+        f"replay check total: {same}/{total} live observations equal the recorded ones (timestamps normalised)"
+    ]
 
 
 def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
@@ -258,14 +319,25 @@ def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
     t0 = time.perf_counter()
     checks: list[tuple[int, int, str]] = []
     for k, i in progress(jobs, desc=f"capture {args.scenario} (OpenEnv)", unit="episode", total=len(jobs)):
-        record = capture_openenv_episode(args.openenv, args.scenario, k, policy, episode_index=i,
-                                         verifier_mode=args.verifier_mode, timeout=args.tool_timeout * 2,
-                                         stop_on_format_error=args.stop_on_format_error, verify_turn=args.verify_turn)
+        record = capture_openenv_episode(
+            args.openenv,
+            args.scenario,
+            k,
+            policy,
+            episode_index=i,
+            verifier_mode=args.verifier_mode,
+            timeout=args.tool_timeout * 2,
+            stop_on_format_error=args.stop_on_format_error,
+            verify_turn=args.verify_turn,
+        )
         checks.extend(_replay_check(record, k, i))
         with open(out / f"{args.scenario}_task{k}.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    lines = [f"captured {len(jobs)} episodes of {args.scenario} from OpenEnv server {args.openenv} "
-             f"in {time.perf_counter() - t0:.2f}s", *_replay_lines(checks)]
+    lines = [
+        f"captured {len(jobs)} episodes of {args.scenario} from OpenEnv server {args.openenv} "
+        f"in {time.perf_counter() - t0:.2f}s",
+        *_replay_lines(checks),
+    ]
     with open(out / "capture_log.txt", "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")
     print("\n".join(lines), file=sys.stderr)

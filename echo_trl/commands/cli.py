@@ -19,12 +19,16 @@ from ..errors import EchoTrlError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "build-dataset": ("echo_trl.commands.build_dataset",
-                      "AWM episode files/dirs -> typed trajectory dataset (save_to_disk, optional Hub push)"),
+    "build-dataset": (
+        "echo_trl.commands.build_dataset",
+        "AWM episode files/dirs -> typed trajectory dataset (save_to_disk, optional Hub push)",
+    ),
     "stats": ("echo_trl.commands.stats", "exact token accounting per role (context/action/env_output/warning)"),
     "train": ("echo_trl.commands.train", "train with ECHO (GRPO + lambda * env-token CE); no args = CPU demo"),
-    "eval-world-model": ("echo_trl.commands.eval_world_model",
-                         "held-out env-token cross-entropy (the paper's world-model metric)"),
+    "eval-world-model": (
+        "echo_trl.commands.eval_world_model",
+        "held-out env-token cross-entropy (the paper's world-model metric)",
+    ),
     "capture": ("echo_trl.commands.capture", "run AWM scenarios locally and record episodes"),
 }
 
@@ -35,8 +39,11 @@ def _help() -> str:
     width = max(map(len, COMMANDS))
     lines = [USAGE, "", "ECHO for Hugging Face TRL.", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {text}" for name, (_, text) in COMMANDS.items()]
-    lines += ["", "Run `echo-trl COMMAND --help` for a command's options.",
-              "Exit codes: 0 ok, 1 internal error, 2 bad input or usage, 130 interrupted."]
+    lines += [
+        "",
+        "Run `echo-trl COMMAND --help` for a command's options.",
+        "Exit codes: 0 ok, 1 internal error, 2 bad input or usage, 130 interrupted.",
+    ]
     return "\n".join(lines)
 
 

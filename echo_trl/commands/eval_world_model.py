@@ -20,16 +20,25 @@ def parse_args(argv: list[str]):
     p = ArgumentParser(
         prog="echo-trl eval-world-model",
         description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
-                    "a trajectory dataset: how well it predicts what the environment answered.")
+        "a trajectory dataset: how well it predicts what the environment answered.",
+    )
     p.add_argument("--model", required=True, help="model directory or Hub id (a PEFT adapter directory works too)")
-    p.add_argument("--dataset", required=True,
-                   help="trajectory dataset: an `echo-trl build-dataset` directory or a Hub dataset id")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="trajectory dataset: an `echo-trl build-dataset` directory or a Hub dataset id",
+    )
     p.add_argument("--split", default="train", help="split to read (Hub datasets / DatasetDict directories)")
     p.add_argument("--tokenizer", default=None, help="tokenizer (default: the model's)")
-    p.add_argument("--max_length", type=int, default=None,
-                   help="cut trajectories at a message end to at most this many tokens")
-    p.add_argument("--max_completion_length", type=int, default=None,
-                   help="cut each completion at a message end to at most this many tokens (as training does)")
+    p.add_argument(
+        "--max_length", type=int, default=None, help="cut trajectories at a message end to at most this many tokens"
+    )
+    p.add_argument(
+        "--max_completion_length",
+        type=int,
+        default=None,
+        help="cut each completion at a message end to at most this many tokens (as training does)",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N trajectories")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
@@ -50,15 +59,18 @@ def main(argv: list[str]) -> int:
         ds = ds.select(range(min(args.limit, len(ds))))
     model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
-    result = evaluate_world_model(model, tokenizer, ds, max_length=args.max_length,
-                                  max_completion_length=args.max_completion_length)
+    result = evaluate_world_model(
+        model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
+    )
     result = {"model": args.model, "dataset": args.dataset, **result}
     if args.json:
         print(json.dumps(result))
         return 0
     ce = result["ce_env"]
-    print(f"held-out env-token CE: {'n/a' if ce is None else f'{ce:.4f}'} nats/token over {result['tokens_env']} "
-          f"env-output tokens, {result['trajectories']} trajectories")
+    print(
+        f"held-out env-token CE: {'n/a' if ce is None else f'{ce:.4f}'} nats/token over {result['tokens_env']} "
+        f"env-output tokens, {result['trajectories']} trajectories"
+    )
     for name, s in result["by_scenario"].items():
         v = "n/a" if s["ce_env"] is None else f"{s['ce_env']:.4f}"
         print(f"  {name or '(no scenario)':<40} {v:>8}  ({s['tokens_env']} tokens, {s['trajectories']} traj.)")

@@ -90,7 +90,8 @@ def locate(name_or_path: str | os.PathLike, what: str) -> str:
     if reason is not None:
         raise EchoTrlError(
             f"{what} {name}: no such file or directory, and the Hugging Face Hub ({hub_endpoint()}) is unreachable "
-            f"({reason}); to use a copy in your Hub cache without network, set HF_HUB_OFFLINE=1")
+            f"({reason}); to use a copy in your Hub cache without network, set HF_HUB_OFFLINE=1"
+        )
     return "hub"
 
 
@@ -99,10 +100,13 @@ def _load_failure(what: str, name: str, exc: BaseException) -> EchoTrlError:
     if Path(name).expanduser().exists():
         return EchoTrlError(f"cannot load {what} {name}: {first}")
     if hub_offline():
-        return EchoTrlError(f"{what} {name}: no such file or directory, and not in the local Hub cache "
-                            f"(HF_HUB_OFFLINE is set, so the Hub was not asked)")
-    return EchoTrlError(f"{what} {name}: no such file or directory, and the Hub has no such repository or "
-                        f"cannot serve it ({first})")
+        return EchoTrlError(
+            f"{what} {name}: no such file or directory, and not in the local Hub cache "
+            f"(HF_HUB_OFFLINE is set, so the Hub was not asked)"
+        )
+    return EchoTrlError(
+        f"{what} {name}: no such file or directory, and the Hub has no such repository or cannot serve it ({first})"
+    )
 
 
 def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False):
@@ -164,8 +168,12 @@ def is_episode_input(path: str | Path) -> bool:
     p = Path(path)
     if p.is_file():
         return is_episode_file(p)
-    return p.is_dir() and not (p / "dataset_info.json").exists() and not (p / "dataset_dict.json").exists() \
+    return (
+        p.is_dir()
+        and not (p / "dataset_info.json").exists()
+        and not (p / "dataset_dict.json").exists()
         and any(is_episode_file(f) for f in p.rglob("*"))
+    )
 
 
 def load_trajectories(name_or_path: str, split: str = "train") -> datasets.Dataset:
@@ -211,8 +219,15 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
         return None
     if value is True or str(value).lower() in ("true", "yes", "latest"):
         out = Path(output_dir)
-        steps = sorted((int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
-                       if p.is_dir() and p.name.split("-")[1].isdigit()) if out.is_dir() else []
+        steps = (
+            sorted(
+                (int(p.name.split("-")[1]), p)
+                for p in out.glob("checkpoint-*")
+                if p.is_dir() and p.name.split("-")[1].isdigit()
+            )
+            if out.is_dir()
+            else []
+        )
         complete = [p for _, p in steps if checkpoint_is_complete(p)]
         if not complete:
             found = f" ({len(steps)} incomplete: {', '.join(p.name for _, p in steps)})" if steps else ""
@@ -222,7 +237,9 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
     if not path.is_dir():
         raise EchoTrlError(f"--resume_from_checkpoint {value}: no such checkpoint directory")
     if not checkpoint_is_complete(path):
-        raise EchoTrlError(f"--resume_from_checkpoint {value}: incomplete checkpoint (no readable trainer_state.json; "
-                           "the save was interrupted): pick an earlier checkpoint, or pass true for the latest "
-                           "complete one")
+        raise EchoTrlError(
+            f"--resume_from_checkpoint {value}: incomplete checkpoint (no readable trainer_state.json; "
+            "the save was interrupted): pick an earlier checkpoint, or pass true for the latest "
+            "complete one"
+        )
     return str(path)

@@ -6,12 +6,12 @@ import json
 from typing import Any
 
 from ..data.cards import plural
-from .cli import ArgumentParser
 from ..errors import EchoTrlError
-from .loading import load_tokenizer, load_trajectories
 from ..progress import progress
 from ..tokens.stats import format_stats, token_stats
 from ..tokens.tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
+from .cli import ArgumentParser
+from .loading import load_tokenizer, load_trajectories
 
 DESCRIPTION = """\
 Tokenize every trajectory exactly as the trainer does (the model's chat template, one
@@ -33,24 +33,43 @@ LISTED_ROWS = 20
 def build_parser() -> ArgumentParser:
     import argparse
 
-    p = ArgumentParser(prog="echo-trl stats", description=DESCRIPTION, epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(
+        prog="echo-trl stats",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dataset", metavar="DATASET")
-    p.add_argument("--tokenizer", required=True, metavar="MODEL_OR_PATH",
-                   help="tokenizer (with its chat template) of the model you will train")
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="MODEL_OR_PATH",
+        help="tokenizer (with its chat template) of the model you will train",
+    )
     p.add_argument("--split", default="train", help="dataset split (default: train)")
-    p.add_argument("--max_length", type=int, default=None, metavar="N",
-                   help="also report, per row, what a cut at N tokens (at a message end) would remove; the counts "
-                        "above stay those of the whole trajectories")
+    p.add_argument(
+        "--max_length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also report, per row, what a cut at N tokens (at a message end) would remove; the counts "
+        "above stay those of the whole trajectories",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    p.add_argument("--show", type=int, metavar="ROW", default=None,
-                   help="print row ROW rendered with [role]...[/role] markers around each learnable span")
+    p.add_argument(
+        "--show",
+        type=int,
+        metavar="ROW",
+        default=None,
+        help="print row ROW rendered with [role]...[/role] markers around each learnable span",
+    )
     p.add_argument("--trust_remote_code", action="store_true", help="allow the tokenizer's custom code to run")
     return p
 
 
-def truncation_report(tokenizer, dataset, max_length: int, *, batch_size: int = 64,
-                      show_progress: bool | None = None) -> dict[str, Any]:
+def truncation_report(
+    tokenizer, dataset, max_length: int, *, batch_size: int = 64, show_progress: bool | None = None
+) -> dict[str, Any]:
     """What cutting each trajectory at ``max_length`` tokens (at a completion message end) would remove.
 
     A row whose prompt alone is longer is reported as such (nothing of it would be left to train on)
@@ -59,8 +78,13 @@ def truncation_report(tokenizer, dataset, max_length: int, *, batch_size: int = 
     rows: list[dict[str, Any]] = []
     cut_by_role: dict[str, int] = {}
     n = len(dataset)
-    for start in progress(range(0, n, batch_size), desc=f"cutting at {max_length}", unit="batch",
-                          total=(n + batch_size - 1) // batch_size, enable=show_progress):
+    for start in progress(
+        range(0, n, batch_size),
+        desc=f"cutting at {max_length}",
+        unit="batch",
+        total=(n + batch_size - 1) // batch_size,
+        enable=show_progress,
+    ):
         batch = dataset.select(range(start, min(start + batch_size, n)))
         for i, (row, full) in enumerate(zip(batch, tokenize_batch(tokenizer, list(batch)), strict=True)):
             if len(full) <= max_length:
@@ -71,35 +95,50 @@ def truncation_report(tokenizer, dataset, max_length: int, *, batch_size: int = 
             else:
                 kept = full.truncate(max_length)
                 whole, left = full.counts(), kept.counts()
-                entry.update(cut_tokens=len(full) - len(kept), cut_messages=kept.truncated_messages,
-                             cut_by_role={r: whole[r] - left[r] for r in whole if whole[r] != left[r]})
+                entry.update(
+                    cut_tokens=len(full) - len(kept),
+                    cut_messages=kept.truncated_messages,
+                    cut_by_role={r: whole[r] - left[r] for r in whole if whole[r] != left[r]},
+                )
                 for r, v in entry["cut_by_role"].items():
                     cut_by_role[r] = cut_by_role.get(r, 0) + v
             rows.append(entry)
     cut = [r for r in rows if not r.get("prompt_exceeds")]
-    return {"max_length": max_length, "truncated_episodes": len(cut),
-            "truncated_tokens": sum(r["cut_tokens"] for r in cut), "truncated_by_role": cut_by_role,
-            "prompt_exceeds_episodes": len(rows) - len(cut), "rows": rows}
+    return {
+        "max_length": max_length,
+        "truncated_episodes": len(cut),
+        "truncated_tokens": sum(r["cut_tokens"] for r in cut),
+        "truncated_by_role": cut_by_role,
+        "prompt_exceeds_episodes": len(rows) - len(cut),
+        "rows": rows,
+    }
 
 
 def format_truncation(report: dict[str, Any], episodes: int) -> str:
     """The text form of :func:`truncation_report`."""
     roles = ", ".join(f"{r} {v}" for r, v in report["truncated_by_role"].items())
-    lines = [f"cut at max_length={report['max_length']}: {report['truncated_episodes']} of "
-             f"{plural(episodes, 'episode')} would lose {plural(report['truncated_tokens'], 'token')}"
-             + (f" ({roles})" if roles else "")]
+    lines = [
+        f"cut at max_length={report['max_length']}: {report['truncated_episodes']} of "
+        f"{plural(episodes, 'episode')} would lose {plural(report['truncated_tokens'], 'token')}"
+        + (f" ({roles})" if roles else "")
+    ]
     if report["prompt_exceeds_episodes"]:
         n = report["prompt_exceeds_episodes"]
-        lines.append(f"  {plural(n, 'episode')} {'has' if n == 1 else 'have'} a prompt longer than "
-                     f"{report['max_length']} tokens: nothing of {'it' if n == 1 else 'them'} would be left to train on")
+        lines.append(
+            f"  {plural(n, 'episode')} {'has' if n == 1 else 'have'} a prompt longer than "
+            f"{report['max_length']} tokens: nothing of {'it' if n == 1 else 'them'} would be left to train on"
+        )
     for r in report["rows"][:LISTED_ROWS]:
         if r.get("prompt_exceeds"):
-            lines.append(f"  row {r['row']} ({r['group_id']}): {r['tokens']} tokens; the prompt alone has "
-                         f"{r['prompt_tokens']}")
+            lines.append(
+                f"  row {r['row']} ({r['group_id']}): {r['tokens']} tokens; the prompt alone has {r['prompt_tokens']}"
+            )
         else:
             roles = ", ".join(f"{k} {v}" for k, v in r["cut_by_role"].items())
-            lines.append(f"  row {r['row']} ({r['group_id']}): {r['tokens']} tokens, cut {r['cut_tokens']} "
-                         f"in the last {plural(r['cut_messages'], 'message')} ({roles})")
+            lines.append(
+                f"  row {r['row']} ({r['group_id']}): {r['tokens']} tokens, cut {r['cut_tokens']} "
+                f"in the last {plural(r['cut_messages'], 'message')} ({roles})"
+            )
     if len(report["rows"]) > LISTED_ROWS:
         lines.append(f"  ... and {len(report['rows']) - LISTED_ROWS} more rows (--json lists all)")
     return "\n".join(lines)
@@ -122,8 +161,9 @@ def main(argv: list[str]) -> int:
     report = None
     if args.max_length is not None:
         report = truncation_report(tokenizer, dataset, args.max_length, show_progress=show_progress)
-        stats.update({k: report[k] for k in ("max_length", "truncated_episodes", "truncated_tokens")},
-                     truncation=report)
+        stats.update(
+            {k: report[k] for k in ("max_length", "truncated_episodes", "truncated_tokens")}, truncation=report
+        )
     if args.json:
         print(json.dumps(stats))
     else:

@@ -44,13 +44,19 @@ class EchoScriptArguments:
     """Script arguments of ``echo-trl train`` (TRL's names)."""
 
     dataset_name: str | None = field(
-        default=None, metadata={"help": "Trajectory dataset: a local `echo-trl build-dataset` directory or a Hub id."})
+        default=None, metadata={"help": "Trajectory dataset: a local `echo-trl build-dataset` directory or a Hub id."}
+    )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_test_split: str = field(
-        default="test", metadata={"help": "Held-out split for evaluation (used when --eval_strategy is not 'no')."})
+        default="test", metadata={"help": "Held-out split for evaluation (used when --eval_strategy is not 'no')."}
+    )
     eval_dataset_name: str | None = field(
-        default=None, metadata={"help": "Held-out trajectory dataset (directory or Hub id) for evaluation; default: "
-                                "--dataset_test_split of --dataset_name."})
+        default=None,
+        metadata={
+            "help": "Held-out trajectory dataset (directory or Hub id) for evaluation; default: "
+            "--dataset_test_split of --dataset_name."
+        },
+    )
 
 
 def make_parser():
@@ -58,14 +64,21 @@ def make_parser():
 
     from ..config import EchoGRPOConfig
 
-    usage = ("echo-trl train [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
-             "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
-             "       echo-trl train --demo --help    # the demo's options")
+    usage = (
+        "echo-trl train [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
+        "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
+        "       echo-trl train --demo --help    # the demo's options"
+    )
     # allow_abbrev=False: `--max_step 3` must not silently become --max_steps (HfArgumentParser passes it on
     # to argparse and already accepts --max-steps for --max_steps)
-    return TrlParser((EchoScriptArguments, EchoGRPOConfig, ModelConfig), prog="echo-trl train", usage=usage,
-                     description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                     allow_abbrev=False)
+    return TrlParser(
+        (EchoScriptArguments, EchoGRPOConfig, ModelConfig),
+        prog="echo-trl train",
+        usage=usage,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -83,10 +96,15 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:  # TrainingArguments / GRPOConfig validation: a usage error, not a crash
         if "not used by the HfArgumentParser" in str(exc):
             unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
-            raise EchoTrlError(f"unrecognized arguments: {unknown} (`echo-trl train --help` lists every flag; "
-                               "flags are never abbreviated)") from None
-        hint = (" (on a machine without a GPU pass --use_cpu; `echo-trl train` with no arguments runs the CPU demo)"
-                if "use_cpu" in str(exc) else "")
+            raise EchoTrlError(
+                f"unrecognized arguments: {unknown} (`echo-trl train --help` lists every flag; "
+                "flags are never abbreviated)"
+            ) from None
+        hint = (
+            " (on a machine without a GPU pass --use_cpu; `echo-trl train` with no arguments runs the CPU demo)"
+            if "use_cpu" in str(exc)
+            else ""
+        )
         raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
     return run_training(script_args, training_args, model_args)
 
@@ -94,17 +112,22 @@ def main(argv: list[str]) -> int:
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from .loading import locate, resolve_checkpoint
     from ..trainer import EchoGRPOTrainer
+    from .loading import locate, resolve_checkpoint
 
     if not model_args.model_name_or_path:
         raise EchoTrlError("--model_name_or_path is required (run `echo-trl train` with no arguments for the demo)")
     if not script_args.dataset_name:
-        raise EchoTrlError("--dataset_name is required: a trajectory dataset directory or Hub id "
-                           "(build one with `echo-trl build-dataset`)")
+        raise EchoTrlError(
+            "--dataset_name is required: a trajectory dataset directory or Hub id "
+            "(build one with `echo-trl build-dataset`)"
+        )
     evaluating = training_args.eval_strategy != "no"
-    for name, what in ((model_args.model_name_or_path, "--model_name_or_path"), (script_args.dataset_name,
-                       "--dataset_name"), (script_args.eval_dataset_name if evaluating else None, "--eval_dataset_name")):
+    for name, what in (
+        (model_args.model_name_or_path, "--model_name_or_path"),
+        (script_args.dataset_name, "--dataset_name"),
+        (script_args.eval_dataset_name if evaluating else None, "--eval_dataset_name"),
+    ):
         if name:
             locate(name, what)  # every name checked before anything slow is loaded
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -114,18 +137,28 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
         if script_args.eval_dataset_name:
             eval_dataset = _load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
         elif (Path(script_args.dataset_name) / "dataset_info.json").exists():
-            raise EchoTrlError(f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
-                               "trajectories with --eval_dataset_name DIR")
+            raise EchoTrlError(
+                f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
+                "trajectories with --eval_dataset_name DIR"
+            )
         else:
             eval_dataset = _load_split(script_args.dataset_name, script_args.dataset_test_split)
-    model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
-                             attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
     model_init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = model_init_kwargs
     trainer = EchoGRPOTrainer(
-        model=model_args.model_name_or_path, args=training_args, train_dataset=train_dataset,
-        eval_dataset=eval_dataset, quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args))
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+    )
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
     trainer.save_model(training_args.output_dir)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import EpisodeError
+from ..roles import Trajectory, tool_call
 from . import awm_agent
 from .awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
 from .episode_files import (  # noqa: F401  (re-exported: the reading layer's public names)
@@ -38,8 +40,6 @@ from .episode_files import (  # noqa: F401  (re-exported: the reading layer's pu
     iter_episode_records,
     parse_json,
 )
-from ..errors import EpisodeError
-from ..roles import Trajectory, tool_call
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent operating in the '{scenario}' environment. Use the available tools to "
@@ -48,6 +48,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 #: AWM's reward for each ``reward_type`` when an episode carries no explicit reward.
 AWM_REWARDS = {"complete": 1.0, "incomplete": 0.1, "format_error": -1.0}
+
 
 @dataclass(frozen=True)
 class SkippedRecord:
@@ -82,8 +83,14 @@ class SkippedRecord:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def _expect(value: Any, kinds: type | tuple[type, ...], field: str, what: str) -> Any:
@@ -155,8 +162,9 @@ def _utf8(text: str, field: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = text[exc.start]
-        raise EpisodeError(f"lone surrogate {ascii(bad)} at character {exc.start} is not valid Unicode text",
-                           field=field or None) from None
+        raise EpisodeError(
+            f"lone surrogate {ascii(bad)} at character {exc.start} is not valid Unicode text", field=field or None
+        ) from None
 
 
 def _required(obj: dict[str, Any], key: str, field: str) -> Any:
@@ -211,8 +219,10 @@ def tool_schema(tool: Any, field: str = "tools[0]") -> dict[str, Any]:
     if isinstance(tool, str):
         if not tool:
             raise EpisodeError("expected a non-empty tool name", field=field)
-        return {"type": "function",
-                "function": {"name": tool, "description": "", "parameters": {"type": "object", "properties": {}}}}
+        return {
+            "type": "function",
+            "function": {"name": tool, "description": "", "parameters": {"type": "object", "properties": {}}},
+        }
     _expect(tool, dict, field, "a tool name or a tool object")
     if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
         name = tool["function"].get("name")
@@ -284,13 +294,23 @@ def _openenv_turns(steps: Any) -> list[_Turn]:
         if not name:
             raise EpisodeError("expected a non-empty tool name", field=f"{here}.action.tool_name")
         args = _arguments(action.get("arguments"), f"{here}.action.arguments")
-        parts = [_output_text(observation[k], f"{here}.observation.{k}") for k in ("tool_result", "error", "verify_result")
-                 if observation.get(k) is not None]
+        parts = [
+            _output_text(observation[k], f"{here}.observation.{k}")
+            for k in ("tool_result", "error", "verify_result")
+            if observation.get(k) is not None
+        ]
         if not parts:
             raise EpisodeError("expected one of tool_result, error, verify_result", field=f"{here}.observation")
-        turns.append(_Turn(name, args, "\n".join(parts), _warnings(observation.get("warning"), f"{here}.observation.warning"),
-                           error=observation.get("error") is not None and observation.get("tool_result") is None,
-                           verify=name == "verify" and observation.get("verify_result") is not None))
+        turns.append(
+            _Turn(
+                name,
+                args,
+                "\n".join(parts),
+                _warnings(observation.get("warning"), f"{here}.observation.warning"),
+                error=observation.get("error") is not None and observation.get("tool_result") is None,
+                verify=name == "verify" and observation.get("verify_result") is not None,
+            )
+        )
     return turns
 
 
@@ -312,13 +332,15 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
             tools = _expect(listed if listed is not None else [], list, f"{here}.result", "a list of tools")
             continue
         if kind not in ("call_tool", "verify"):
-            raise EpisodeError(f"unknown action {kind!r} (expected list_tools, call_tool or verify)",
-                               field=f"{here}.action")
+            raise EpisodeError(
+                f"unknown action {kind!r} (expected list_tools, call_tool or verify)", field=f"{here}.action"
+            )
         name = entry.get("tool_name") or ("verify" if kind == "verify" else None)
         _expect(name, str, f"{here}.tool_name", "a string")
         args = _arguments(entry.get("arguments"), f"{here}.arguments")
         failed = kind != "verify" and (
-            entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None))
+            entry.get("success") is False or (entry.get("error") is not None and entry.get("result") is None)
+        )
         if kind == "verify":
             key = "verify_result" if "verify_result" in entry else "result"
         elif failed:
@@ -328,8 +350,16 @@ def _session_turns(entries: Any) -> tuple[list[_Turn], list[Any], float | None]:
         value = entry.get(key)
         if value is None:
             raise EpisodeError("missing observation", field=f"{here}.{'verify_result' if kind == 'verify' else key}")
-        turns.append(_Turn(name, args, _output_text(value, f"{here}.{key}"),
-                           _warnings(entry.get("warning"), f"{here}.warning"), error=failed, verify=kind == "verify"))
+        turns.append(
+            _Turn(
+                name,
+                args,
+                _output_text(value, f"{here}.{key}"),
+                _warnings(entry.get("warning"), f"{here}.warning"),
+                error=failed,
+                verify=kind == "verify",
+            )
+        )
     return turns, tools, reward
 
 
@@ -362,8 +392,9 @@ def awm_episode_to_trajectory(
     if verify_turn not in (None, *VERIFY_TURNS):
         raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
     if compact_tools and format == "awm-agent":
-        raise ValueError("compact_tools applies to the chat-template format (awm-agent lists tools as the "
-                         "official agent does)")
+        raise ValueError(
+            "compact_tools applies to the chat-template format (awm-agent lists tools as the official agent does)"
+        )
     from .conversations import conversation_to_trajectory, is_conversation
 
     try:
@@ -380,13 +411,20 @@ def awm_episode_to_trajectory(
 
 def _final_answer(turns: list[_Turn], episode: dict[str, Any]) -> str | None:
     """The agent's answer: given to the verifier (``final_answer``) or recorded beside the steps."""
-    answer = next((t.arguments["final_answer"] for t in turns
-                   if t.verify and isinstance(t.arguments.get("final_answer"), str)), episode.get("final_answer"))
+    answer = next(
+        (t.arguments["final_answer"] for t in turns if t.verify and isinstance(t.arguments.get("final_answer"), str)),
+        episode.get("final_answer"),
+    )
     return None if answer is None else _expect(answer, str, "final_answer", "a string")
 
 
-def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = False,
-             format: str = "chat-template", verify_turn: str = "env_output") -> Trajectory:
+def _convert(
+    episode: Any,
+    system_prompt: str | None,
+    compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str = "env_output",
+) -> Trajectory:
     _expect(episode, dict, "", "an episode object")
     scenario = _expect(_required(episode, "scenario", ""), str, "scenario", "a string")
     task = _expect(_required(episode, "task", ""), str, "task", "a string")
@@ -404,13 +442,14 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
     else:
         raise EpisodeError("missing (expected steps or trajectory)", field="steps")
     if not turns and episode.get("final_answer") is None:  # an answer without any call is a (poor) episode
-        raise EpisodeError("episode has no tool calls and no final_answer",
-                           field="trajectory" if "trajectory" in episode else "steps")
+        raise EpisodeError(
+            "episode has no tool calls and no final_answer", field="trajectory" if "trajectory" in episode else "steps"
+        )
 
     if episode.get("reward") is not None:
         reward = _finite(episode["reward"], "reward")
     if reward is None:
-        reward_type = (episode.get("reward_type") or "")
+        reward_type = episode.get("reward_type") or ""
         if reward_type not in AWM_REWARDS:
             raise EpisodeError("missing (and no reward_type to derive it from)", field="reward")
         reward = AWM_REWARDS[reward_type]
@@ -419,11 +458,19 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
     if format == "awm-agent":
         steps = [awm_agent.RecordedStep(t.name, t.arguments, t.output, t.warnings, t.error, t.verify) for t in turns]
         return awm_agent.to_awm_agent_trajectory(
-            task=task, tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
-            steps=steps, reward=reward, scenario=scenario, task_idx=task_idx, final_answer=final_answer,
-            verify_turn=verify_turn, behavior_logprobs=logprobs,
-            system_prompt=awm_agent.SYSTEM_PROMPT if system_prompt == DEFAULT_SYSTEM_PROMPT
-            else system_prompt and system_prompt.replace("{scenario}", scenario))
+            task=task,
+            tools=awm_agent.listed_tools(episode.get("tools") if episode.get("tools") is not None else listed),
+            steps=steps,
+            reward=reward,
+            scenario=scenario,
+            task_idx=task_idx,
+            final_answer=final_answer,
+            verify_turn=verify_turn,
+            behavior_logprobs=logprobs,
+            system_prompt=awm_agent.SYSTEM_PROMPT
+            if system_prompt == DEFAULT_SYSTEM_PROMPT
+            else system_prompt and system_prompt.replace("{scenario}", scenario),
+        )
     if verify_turn == "omit":
         turns = [t for t in turns if not t.verify]
 
@@ -441,8 +488,14 @@ def _convert(episode: Any, system_prompt: str | None, compact_tools: bool = Fals
         completion.append({"role": "assistant", "content": final_answer})
         warnings.append([])
     return Trajectory(
-        prompt=prompt, completion=completion, tools=tools, warnings=warnings, reward=reward,
-        scenario=scenario, task_idx=task_idx, behavior_logprobs=logprobs,
+        prompt=prompt,
+        completion=completion,
+        tools=tools,
+        warnings=warnings,
+        reward=reward,
+        scenario=scenario,
+        task_idx=task_idx,
+        behavior_logprobs=logprobs,
     )
 
 
@@ -475,8 +528,14 @@ def load_awm_episodes(
             if rec.error is not None:
                 raise rec.error
             trajectory = awm_episode_to_trajectory(
-                rec.data, source=rec.source, record=rec.record or None, system_prompt=system_prompt,
-                compact_tools=compact_tools, format=format, verify_turn=verify_turn)
+                rec.data,
+                source=rec.source,
+                record=rec.record or None,
+                system_prompt=system_prompt,
+                compact_tools=compact_tools,
+                format=format,
+                verify_turn=verify_turn,
+            )
             if check is not None:
                 check(trajectory)
             trajectories.append(trajectory)
@@ -484,11 +543,13 @@ def load_awm_episodes(
             exc = exc.at(source=rec.source, record=rec.record or None)
             if strict:
                 raise exc from None
-            skipped.append(SkippedRecord(rec.source, rec.record, str(exc),
-                                         rec.data if rec.error is None else rec.raw))
+            skipped.append(SkippedRecord(rec.source, rec.record, str(exc), rec.data if rec.error is None else rec.raw))
     if not trajectories:
         where = ", ".join(map(str, inputs)) or "<no inputs>"
-        detail = f"all {len(skipped)} record(s) are invalid; first: {skipped[0].reason}" if skipped else \
-            "no episode records"
+        detail = (
+            f"all {len(skipped)} record(s) are invalid; first: {skipped[0].reason}"
+            if skipped
+            else "no episode records"
+        )
         raise EpisodeError(f"no valid episodes ({detail})", source=where)
     return trajectories, skipped

@@ -58,14 +58,14 @@ def default_verify_turn(format: str) -> str:
 _IN = " " * 8  # the prompt keeps the source indentation of most of its lines (a dedent that did not apply)
 
 #: Descriptions of the meta-tools, word for word as the system prompt gives them.
-LIST_TOOLS_DESCRIPTION = ("List all available MCP tools for the current environment to help you finish the "
-                          "user task.")
+LIST_TOOLS_DESCRIPTION = "List all available MCP tools for the current environment to help you finish the user task."
 CALL_TOOL_DESCRIPTION = "Call a MCP environment-specific tool"
 TOOL_NAME_DESCRIPTION = "the tool name in the list_tools output"
 ARGUMENTS_DESCRIPTION = (
     "the arguments for calling <tool_name>. You must pass a valid JSON string without any markdown fences or "
     "additional commentary. This JSON str will be parsed by the tool and executed. You can pass an empty JSON "
-    "str if no arguments are required by <tool_name>.")
+    "str if no arguments are required by <tool_name>."
+)
 
 _TOOLS_BLOCK = [
     "1. list_tools",
@@ -125,14 +125,29 @@ def meta_tool_schemas() -> list[dict[str, Any]]:
     ``tools``, the dataset's ``tools`` column). A fresh copy on every call.
     """
     return [
-        {"type": "function", "function": {"name": LIST_TOOLS, "description": LIST_TOOLS_DESCRIPTION,
-                                          "parameters": {"type": "object", "properties": {}}}},
-        {"type": "function", "function": {
-            "name": CALL_TOOL, "description": CALL_TOOL_DESCRIPTION,
-            "parameters": {"type": "object", "properties": {
-                "tool_name": {"type": "string", "description": TOOL_NAME_DESCRIPTION},
-                "arguments": {"type": "string", "description": ARGUMENTS_DESCRIPTION}},
-                "required": ["tool_name", "arguments"]}}},
+        {
+            "type": "function",
+            "function": {
+                "name": LIST_TOOLS,
+                "description": LIST_TOOLS_DESCRIPTION,
+                "parameters": {"type": "object", "properties": {}},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": CALL_TOOL,
+                "description": CALL_TOOL_DESCRIPTION,
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "tool_name": {"type": "string", "description": TOOL_NAME_DESCRIPTION},
+                        "arguments": {"type": "string", "description": ARGUMENTS_DESCRIPTION},
+                    },
+                    "required": ["tool_name", "arguments"],
+                },
+            },
+        },
     ]
 
 
@@ -159,8 +174,9 @@ def _schema_lines(schema: Mapping[str, Any], indent: int, required: Sequence[str
         if kind == "object" and nested:
             nested_required = info.get("required", [])
             lines.append(f"{pad}  Properties:")
-            lines.extend(_schema_lines({"properties": nested, "required": nested_required}, indent + 4,
-                                       nested_required))
+            lines.extend(
+                _schema_lines({"properties": nested, "required": nested_required}, indent + 4, nested_required)
+            )
     return lines
 
 
@@ -279,7 +295,7 @@ def parse_call_tool_arguments(arguments: Any) -> tuple[str, dict[str, Any]]:
     name = name if isinstance(name, str) else ""
     inner = arguments.get("arguments", {})
     if name.startswith(TOOL_PREFIX):
-        name = name[len(TOOL_PREFIX):]
+        name = name[len(TOOL_PREFIX) :]
     if isinstance(inner, str):
         inner = robust_json_loads(inner) if inner.strip() else {}
     return name, inner if isinstance(inner, dict) else {}
@@ -359,9 +375,19 @@ def list_tools_message() -> Message:
 
 def call_tool_message(tool_name: str, arguments: Mapping[str, Any]) -> Message:
     """The agent's ``call_tool`` turn: prefixed tool name, arguments as a JSON string."""
-    return {"role": "assistant", "content": "", "tool_calls": [tool_call(CALL_TOOL, {
-        "tool_name": tool_name if tool_name.startswith(TOOL_PREFIX) else TOOL_PREFIX + tool_name,
-        "arguments": json.dumps(dict(arguments), ensure_ascii=False)})]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            tool_call(
+                CALL_TOOL,
+                {
+                    "tool_name": tool_name if tool_name.startswith(TOOL_PREFIX) else TOOL_PREFIX + tool_name,
+                    "arguments": json.dumps(dict(arguments), ensure_ascii=False),
+                },
+            )
+        ],
+    }
 
 
 def tool_call_text(name: str, arguments: Any) -> str:
@@ -399,10 +425,19 @@ def listed_tools(value: Any, field: str = "tools") -> list[dict[str, Any]]:
     for i, tool in enumerate(value):
         fn = tool_schema(tool, f"{field}[{i}]")["function"]
         if isinstance(tool, str):
-            raise EpisodeError("a tool name only; the awm-agent format needs the MCP tool object "
-                               "(name, description, inputSchema)", field=f"{field}[{i}]")
-        tools.append(tool if "name" in tool else {"name": fn["name"], "description": fn.get("description") or "",
-                                                  "inputSchema": fn.get("parameters") or {}})
+            raise EpisodeError(
+                "a tool name only; the awm-agent format needs the MCP tool object (name, description, inputSchema)",
+                field=f"{field}[{i}]",
+            )
+        tools.append(
+            tool
+            if "name" in tool
+            else {
+                "name": fn["name"],
+                "description": fn.get("description") or "",
+                "inputSchema": fn.get("parameters") or {},
+            }
+        )
     return tools
 
 
@@ -431,8 +466,10 @@ def to_awm_agent_trajectory(
     """
     prompt: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     prompt.append({"role": "user", "content": task})
-    completion: list[Message] = [list_tools_message(),
-                                 {"role": "tool", "name": LIST_TOOLS, "content": list_tools_reply(tools)}]
+    completion: list[Message] = [
+        list_tools_message(),
+        {"role": "tool", "name": LIST_TOOLS, "content": list_tools_reply(tools)},
+    ]
     warnings: list[list[str]] = [[], []]
     answer = [] if final_answer is None else [{"role": "assistant", "content": final_answer}]
     for step in steps:
@@ -445,10 +482,19 @@ def to_awm_agent_trajectory(
                 warnings.append(list(step.warnings))
             continue
         completion.append(call_tool_message(step.tool_name, step.arguments))
-        completion.append({"role": "tool", "name": CALL_TOOL,
-                           "content": error_text(step.output) if step.error else step.output})
+        completion.append(
+            {"role": "tool", "name": CALL_TOOL, "content": error_text(step.output) if step.error else step.output}
+        )
         warnings += [[], list(step.warnings)]
     completion += answer
     warnings += [[] for _ in answer]
-    return Trajectory(prompt=prompt, completion=completion, tools=meta_tool_schemas(), warnings=warnings,
-                      reward=reward, scenario=scenario, task_idx=task_idx, behavior_logprobs=behavior_logprobs)
+    return Trajectory(
+        prompt=prompt,
+        completion=completion,
+        tools=meta_tool_schemas(),
+        warnings=warnings,
+        reward=reward,
+        scenario=scenario,
+        task_idx=task_idx,
+        behavior_logprobs=behavior_logprobs,
+    )

@@ -26,8 +26,11 @@ ECHO_CITATION = """@article{echo2026,
 }"""
 
 #: ECHO's paper, in the shape of TRL's ``_paper`` (the template's "introduced in" line and citation).
-ECHO_PAPER = {"title": "ECHO: Environment Cross-entropy Hybrid Objective", "id": "2605.24517",
-              "citation": ECHO_CITATION}
+ECHO_PAPER = {
+    "title": "ECHO: Environment Cross-entropy Hybrid Objective",
+    "id": "2605.24517",
+    "citation": ECHO_CITATION,
+}
 
 AWM_CITATION = """@article{wang2026agentworldmodelinfinity,
     title   = {{Agent World Model: Infinity Synthetic Environments for Agentic Reinforcement Learning}},
@@ -38,8 +41,16 @@ AWM_CITATION = """@article{wang2026agentworldmodelinfinity,
 }"""
 
 #: Metrics reported in the card (the last logged value of each), in this order.
-FINAL_METRICS = ("eval_world/ce_env", "world/ce_env", "world/loss_unscaled", "world/coeff", "world/tokens_env",
-                 "world/tokens_action", "world/filtered_frac", "reward")
+FINAL_METRICS = (
+    "eval_world/ce_env",
+    "world/ce_env",
+    "world/loss_unscaled",
+    "world/coeff",
+    "world/tokens_env",
+    "world/tokens_action",
+    "world/filtered_frac",
+    "reward",
+)
 
 SECTION_MARKER = "## ECHO training"
 
@@ -59,8 +70,10 @@ def _schedule(args) -> str:
         steps = args.world_model_coeff_steps[0] if args.world_model_coeff_steps else "the whole run"
         return f"linear_decay to {args.world_model_coeff_end:g} over {steps} steps"
     if s == "step_decay":
-        pairs = ", ".join(f"{v:g} from step {k}" for k, v in zip(args.world_model_coeff_steps,
-                                                                   args.world_model_coeff_values, strict=True))
+        pairs = ", ".join(
+            f"{v:g} from step {k}"
+            for k, v in zip(args.world_model_coeff_steps, args.world_model_coeff_values, strict=True)
+        )
         return f"step_decay ({pairs})"
     return "constant"
 
@@ -90,36 +103,65 @@ def final_metrics(log_history: list[dict[str, Any]]) -> dict[str, tuple[int, flo
 def echo_card_section(args, log_history: list[dict[str, Any]]) -> str:
     """Markdown: ECHO settings, final world-model metrics and the AWM / GRPO citations."""
     policy = f"GRPO (TRL, loss_type={args.loss_type})" if args.use_policy_loss else "off (verifier-free ECHO)"
-    filters = {k: getattr(args, k) for k in ("wm_filter_min_valid_tool_call_pct", "wm_filter_min_parse_clean_pct",
-                                             "wm_filter_min_correct_pct") if getattr(args, k)}
-    rows = [("λ (`world_model_coeff`)", f"{args.world_model_coeff:g}"),
-            ("λ schedule (`world_model_coeff_schedule`)", _schedule(args)),
-            ("target tokens (`world_loss_target`)", args.world_loss_target),
-            ("normalization (`world_loss_normalization`)", args.world_loss_normalization),
-            ("world-loss temperature (`world_loss_temperature`)", f"{args.world_loss_temperature:g}"),
-            ("policy term", policy),
-            ("behaviour policy of recordings without log-probs (`behavior_policy`)",
-             getattr(args, "behavior_policy", "current") if args.use_policy_loss else "-"),
-            ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
-            ("world-term rollout filters", ", ".join(f"{k}={v:g}" for k, v in filters.items()) or "none")]
-    lines = [SECTION_MARKER, "",
-             "Trained with echo_trl's `EchoGRPOTrainer` ([ECHO](https://arxiv.org/abs/2605.24517)): GRPO on the "
-             "agent's action tokens plus λ × cross-entropy on the environment's output tokens (tool results), from "
-             "the same forward pass:", "", "    L = L_GRPO(action tokens) + λ · CE(env_output tokens)", "",
-             "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows], ""]
+    filters = {
+        k: getattr(args, k)
+        for k in ("wm_filter_min_valid_tool_call_pct", "wm_filter_min_parse_clean_pct", "wm_filter_min_correct_pct")
+        if getattr(args, k)
+    }
+    rows = [
+        ("λ (`world_model_coeff`)", f"{args.world_model_coeff:g}"),
+        ("λ schedule (`world_model_coeff_schedule`)", _schedule(args)),
+        ("target tokens (`world_loss_target`)", args.world_loss_target),
+        ("normalization (`world_loss_normalization`)", args.world_loss_normalization),
+        ("world-loss temperature (`world_loss_temperature`)", f"{args.world_loss_temperature:g}"),
+        ("policy term", policy),
+        (
+            "behaviour policy of recordings without log-probs (`behavior_policy`)",
+            getattr(args, "behavior_policy", "current") if args.use_policy_loss else "-",
+        ),
+        ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
+        ("world-term rollout filters", ", ".join(f"{k}={v:g}" for k, v in filters.items()) or "none"),
+    ]
+    lines = [
+        SECTION_MARKER,
+        "",
+        "Trained with echo_trl's `EchoGRPOTrainer` ([ECHO](https://arxiv.org/abs/2605.24517)): GRPO on the "
+        "agent's action tokens plus λ × cross-entropy on the environment's output tokens (tool results), from "
+        "the same forward pass:",
+        "",
+        "    L = L_GRPO(action tokens) + λ · CE(env_output tokens)",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in rows],
+        "",
+    ]
     metrics = final_metrics(log_history)
     if metrics:
-        lines += ["### Final world-model metrics", "",
-                  "`ce_env` is the cross-entropy (nats/token) on env-output tokens; `eval_world/ce_env` is on "
-                  "held-out trajectories.", "", "| metric | value | step |", "|---|---|---|"]
+        lines += [
+            "### Final world-model metrics",
+            "",
+            "`ce_env` is the cross-entropy (nats/token) on env-output tokens; `eval_world/ce_env` is on "
+            "held-out trajectories.",
+            "",
+            "| metric | value | step |",
+            "|---|---|---|",
+        ]
         lines += [f"| `{k}` | {v:.4g} | {step} |" for k, (step, v) in metrics.items()]
         lines.append("")
     # ECHO is cited below, as the trainer's paper; its policy term is GRPO (TRL's card cites only the trainer)
     from trl import GRPOTrainer
 
     grpo = getattr(GRPOTrainer, "_paper", {}).get("citation")
-    lines += ["### Cite Agent World Model and GRPO", "", "```bibtex", AWM_CITATION, *([grpo] if grpo else []),
-              "```", ""]
+    lines += [
+        "### Cite Agent World Model and GRPO",
+        "",
+        "```bibtex",
+        AWM_CITATION,
+        *([grpo] if grpo else []),
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -146,8 +188,9 @@ def fill_placeholders(text: str, *, base_model: str | None, model_ref: str) -> s
     return _HUB_LINK.sub(unlink, text)
 
 
-def add_echo_section(readme: str | Path, args, log_history: list[dict[str, Any]], *,
-                     base_model: str | None = None) -> Path:
+def add_echo_section(
+    readme: str | Path, args, log_history: list[dict[str, Any]], *, base_model: str | None = None
+) -> Path:
     """Insert (or replace) the ECHO section of the card at ``readme``, before TRL's framework versions,
     and fill TRL's placeholders (``base_model``: the name or path the model was loaded from)."""
     path = Path(readme)
@@ -179,7 +222,8 @@ def role_counts(ds) -> dict[str, dict[str, int]]:
             role = "action" if m["role"] == "assistant" else "env_output" if m["role"] == "tool" else "context"
             counts[role]["messages"] += 1
             counts[role]["chars"] += len(m["content"] or "") + sum(
-                len(c["function"]["arguments"]) + len(c["function"]["name"]) for c in m["tool_calls"] or [])
+                len(c["function"]["arguments"]) + len(c["function"]["name"]) for c in m["tool_calls"] or []
+            )
             counts["warning"]["messages"] += len(warns)
             counts["warning"]["chars"] += sum(len(w) for w in warns)
     return counts
@@ -197,7 +241,8 @@ def dataset_card(ds, *, title: str = "ECHO trajectories from Agent World Model e
     formats = ", ".join(f"`{f}`" for f in sorted(set(ds["format"] if "format" in ds.column_names else [])))
     scen_rows = "\n".join(
         f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
-        for s, c in sorted(by_scenario.items()))
+        for s, c in sorted(by_scenario.items())
+    )
     role_rows = "\n".join(f"| `{r}` | {v['messages']} | {v['chars']} |" for r, v in roles.items())
     skipped_note = f", {plural(skipped, 'invalid record')} skipped (see skipped.jsonl)" if skipped else ""
     return f"""---
@@ -215,8 +260,8 @@ pretty_name: "{title}"
 
 Agent trajectories for echo_trl ([ECHO](https://arxiv.org/abs/2605.24517): GRPO on the agent's action tokens
 plus lambda * cross-entropy on the environment's observation tokens), in TRL's conversational
-prompt-completion format. Built with `echo-trl build-dataset`: {plural(len(ds), 'episode')},
-{plural(len(by_scenario), 'scenario')}{skipped_note}.
+prompt-completion format. Built with `echo-trl build-dataset`: {plural(len(ds), "episode")},
+{plural(len(by_scenario), "scenario")}{skipped_note}.
 Conversation format: {formats or "`chat-template`"} (see the `format` column).
 
 ## Schema

@@ -20,10 +20,11 @@ import hashlib
 import json
 from typing import Any
 
-# The field checks awm.py's readers use, so both kinds of record fail with the same wording.
-from .awm import _arguments, _expect, _finite, serialize_output, tool_schema
 from ..errors import EpisodeError
 from ..roles import Message, Trajectory, tool_call
+
+# The field checks awm.py's readers use, so both kinds of record fail with the same wording.
+from .awm import _arguments, _expect, _finite, serialize_output, tool_schema
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -110,20 +111,32 @@ def _convert(record: Any) -> Trajectory:
     tools = _expect(record.get("tools") or [], list, "tools", "a list of tools")
     logprobs = record.get("behavior_logprobs")
     if logprobs is not None:
-        logprobs = [_finite(v, f"behavior_logprobs[{i}]")
-                    for i, v in enumerate(_expect(logprobs, list, "behavior_logprobs", "a list of numbers"))]
+        logprobs = [
+            _finite(v, f"behavior_logprobs[{i}]")
+            for i, v in enumerate(_expect(logprobs, list, "behavior_logprobs", "a list of numbers"))
+        ]
     scenario, task_idx = _provenance(record)
     prompt = messages[:first]
-    group = (f"{scenario}/{task_idx if task_idx is not None else -1}" if scenario else "prompt:" +
-             hashlib.sha1(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:12])
-    return Trajectory(prompt=prompt, completion=messages[first:],
-                      tools=[tool_schema(t, f"tools[{i}]") for i, t in enumerate(tools)],
-                      reward=reward, scenario=scenario, task_idx=task_idx if task_idx is not None else -1,
-                      group_id=group, behavior_logprobs=logprobs)
+    group = (
+        f"{scenario}/{task_idx if task_idx is not None else -1}"
+        if scenario
+        else "prompt:" + hashlib.sha1(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:12]
+    )
+    return Trajectory(
+        prompt=prompt,
+        completion=messages[first:],
+        tools=[tool_schema(t, f"tools[{i}]") for i, t in enumerate(tools)],
+        reward=reward,
+        scenario=scenario,
+        task_idx=task_idx if task_idx is not None else -1,
+        group_id=group,
+        behavior_logprobs=logprobs,
+    )
 
 
-def conversation_to_trajectory(record: Any, *, source: str = "<conversation>", record_id: str | None = None
-                               ) -> Trajectory:
+def conversation_to_trajectory(
+    record: Any, *, source: str = "<conversation>", record_id: str | None = None
+) -> Trajectory:
     """One conversation log (``messages`` + ``reward``) as a :class:`Trajectory`, as recorded.
 
     Raises :class:`EpisodeError` naming ``source``, ``record_id`` and the field, e.g.

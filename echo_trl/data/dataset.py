@@ -17,30 +17,35 @@ import datasets
 import pyarrow as pa
 from datasets import Features, List, Value
 
-from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
-from .cards import dataset_card
 from ..errors import DatasetSchemaError, EpisodeError
 from ..outputs import atomic_output_dir
 from ..roles import Trajectory
+from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
+from .cards import dataset_card
 
-TOOL_CALL_FEATURE = {"type": Value("string"),
-                     "function": {"name": Value("string"), "arguments": Value("string")}}
-MESSAGE_FEATURE = {"role": Value("string"), "content": Value("string"), "name": Value("string"),
-                   "tool_calls": List(TOOL_CALL_FEATURE)}
+TOOL_CALL_FEATURE = {"type": Value("string"), "function": {"name": Value("string"), "arguments": Value("string")}}
+MESSAGE_FEATURE = {
+    "role": Value("string"),
+    "content": Value("string"),
+    "name": Value("string"),
+    "tool_calls": List(TOOL_CALL_FEATURE),
+}
 
 #: The ECHO trajectory schema (one row per episode).
-FEATURES = Features({
-    "prompt": List(MESSAGE_FEATURE),
-    "completion": List(MESSAGE_FEATURE),
-    "tools": List(Value("string")),
-    "warnings": List(List(Value("string"))),
-    "reward": Value("float64"),
-    "group_id": Value("string"),
-    "scenario": Value("string"),
-    "task_idx": Value("int64"),
-    "behavior_logprobs": List(Value("float64")),
-    "format": Value("string"),
-})
+FEATURES = Features(
+    {
+        "prompt": List(MESSAGE_FEATURE),
+        "completion": List(MESSAGE_FEATURE),
+        "tools": List(Value("string")),
+        "warnings": List(List(Value("string"))),
+        "reward": Value("float64"),
+        "group_id": Value("string"),
+        "scenario": Value("string"),
+        "task_idx": Value("int64"),
+        "behavior_logprobs": List(Value("float64")),
+        "format": Value("string"),
+    }
+)
 
 REQUIRED_COLUMNS = ("prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx")
 
@@ -65,11 +70,18 @@ def _message_to_row(message: dict[str, Any], field: str = "message") -> dict[str
         "role": message["role"],
         "content": message.get("content") or "",
         "name": message.get("name"),
-        "tool_calls": None if not calls else [
-            {"type": c.get("type", "function"),
-             "function": {"name": c["function"]["name"],
-                          "arguments": _json_text(c["function"].get("arguments") or {},
-                                                  f"{field}.tool_calls[{j}].function.arguments")}}
+        "tool_calls": None
+        if not calls
+        else [
+            {
+                "type": c.get("type", "function"),
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": _json_text(
+                        c["function"].get("arguments") or {}, f"{field}.tool_calls[{j}].function.arguments"
+                    ),
+                },
+            }
             for j, c in enumerate(calls)
         ],
     }
@@ -80,8 +92,9 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[str, Any]:
     if message.get("role") not in CHAT_ROLES:
-        raise DatasetSchemaError(f"{field}.role: unknown role {message.get('role')!r} "
-                                 f"(expected one of {', '.join(CHAT_ROLES)})")
+        raise DatasetSchemaError(
+            f"{field}.role: unknown role {message.get('role')!r} (expected one of {', '.join(CHAT_ROLES)})"
+        )
     if not isinstance(message.get("content") or "", str):
         raise DatasetSchemaError(f"{field}.content: expected a string")
     out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
@@ -89,10 +102,15 @@ def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[s
         out["name"] = message["name"]
     if message.get("tool_calls"):
         out["tool_calls"] = [
-            {"type": c.get("type") or "function",
-             "function": {"name": c["function"]["name"],
-                          "arguments": _json_object(c["function"]["arguments"],
-                                                    f"{field}.tool_calls[{j}].function.arguments")}}
+            {
+                "type": c.get("type") or "function",
+                "function": {
+                    "name": c["function"]["name"],
+                    "arguments": _json_object(
+                        c["function"]["arguments"], f"{field}.tool_calls[{j}].function.arguments"
+                    ),
+                },
+            }
             for j, c in enumerate(message["tool_calls"])
         ]
     return out
@@ -142,8 +160,9 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     return Trajectory(
         prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
-        tools=[] if row.get("format") == "awm-agent" else [_json_object(t, f"tools[{i}]")
-                                                         for i, t in enumerate(row.get("tools") or [])],
+        tools=[]
+        if row.get("format") == "awm-agent"
+        else [_json_object(t, f"tools[{i}]") for i, t in enumerate(row.get("tools") or [])],
         warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
         reward=float(row.get("reward") or 0.0),
         scenario=row.get("scenario") or "",
@@ -174,8 +193,9 @@ def encode_row(trajectory: Trajectory, format: str = "chat-template") -> pa.Reco
             except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
                 failure, field = exc, name
                 break
-        raise EpisodeError(f"cannot be stored in the dataset ({type(failure).__name__}: {failure})",
-                           field=field) from None
+        raise EpisodeError(
+            f"cannot be stored in the dataset ({type(failure).__name__}: {failure})", field=field
+        ) from None
 
 
 def _dataset_from_batches(batches: list[pa.RecordBatch]) -> datasets.Dataset:
@@ -225,9 +245,16 @@ def build_awm_dataset(
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     batches: list[pa.RecordBatch] = []  # encoded inside each record's error handling (see encode_row)
-    _, rejected = load_awm_episodes(inputs, strict=strict, system_prompt=system_prompt, compact_tools=compact_tools,
-                                    show_progress=show_progress, format=format, verify_turn=verify_turn,
-                                    check=lambda t: batches.append(encode_row(t, format)))
+    _, rejected = load_awm_episodes(
+        inputs,
+        strict=strict,
+        system_prompt=system_prompt,
+        compact_tools=compact_tools,
+        show_progress=show_progress,
+        format=format,
+        verify_turn=verify_turn,
+        check=lambda t: batches.append(encode_row(t, format)),
+    )
     if skipped is not None:
         skipped.extend(rejected)
     return _dataset_from_batches(batches)
@@ -243,7 +270,8 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
     if missing:
         raise DatasetSchemaError(
             f"{name}: missing column(s) {', '.join(missing)}; expected the ECHO trajectory schema "
-            f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`.")
+            f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`."
+        )
     if "behavior_logprobs" not in ds.column_names:
         ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])
     if "format" not in ds.column_names:  # built before formats existed: chat-template
@@ -256,7 +284,8 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
         except (ValueError, TypeError) as exc:
             bad = [c for c in FEATURES if c in ds.features and ds.features[c] != FEATURES[c]]
             raise DatasetSchemaError(
-                f"{name}: column(s) {', '.join(bad)} have the wrong feature type ({exc})") from None
+                f"{name}: column(s) {', '.join(bad)} have the wrong feature type ({exc})"
+            ) from None
     return ds
 
 
@@ -276,8 +305,14 @@ def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> dataset
 DATASET_MARKER = "dataset_info.json"
 
 
-def save_dataset(ds: datasets.Dataset, output_dir: str | Path, *, skipped: list[SkippedRecord] = (),
-                 push_to_hub: str | None = None, private: bool | None = None) -> Path:
+def save_dataset(
+    ds: datasets.Dataset,
+    output_dir: str | Path,
+    *,
+    skipped: list[SkippedRecord] = (),
+    push_to_hub: str | None = None,
+    private: bool | None = None,
+) -> Path:
     """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push.
 
     Atomic: everything is written into a temporary sibling directory that then replaces

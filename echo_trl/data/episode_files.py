@@ -59,14 +59,14 @@ def parse_json(text: str) -> Any:
     Raises ``ValueError`` (also for integers longer than Python's digit limit) or
     ``RecursionError`` (nesting deeper than the interpreter's recursion limit).
     """
-    return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant,
-                      parse_float=_finite_float)
+    return json.loads(
+        text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant, parse_float=_finite_float
+    )
 
 
 def is_episode_file(path: Path) -> bool:
     """An episode file by its suffix, in any case (``.JSON`` from some exporters), never our own report."""
-    return (path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl"
-            and not _collect_metadata(path))
+    return path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl" and not _collect_metadata(path)
 
 
 def _collect_metadata(path: Path) -> bool:
@@ -87,8 +87,9 @@ def _walk_input(path: Path) -> tuple[list[Path], list[EpisodeError]]:
     problems: list[EpisodeError] = []
 
     def unreadable(exc: OSError) -> None:
-        problems.append(EpisodeError(f"cannot read directory: {exc.strerror or exc}",
-                                     source=str(exc.filename or path)))
+        problems.append(
+            EpisodeError(f"cannot read directory: {exc.strerror or exc}", source=str(exc.filename or path))
+        )
 
     for root, _dirs, names in os.walk(path, onerror=unreadable):
         for name in names:
@@ -101,8 +102,9 @@ def _walk_input(path: Path) -> tuple[list[Path], list[EpisodeError]]:
                 problems.append(EpisodeError("not a regular file (a dangling link?)", source=str(file)))
     files.sort()
     if not files and not problems:
-        problems.append(EpisodeError(f"no episode files ({', '.join(EPISODE_SUFFIXES)}) in this directory",
-                                     source=str(path)))
+        problems.append(
+            EpisodeError(f"no episode files ({', '.join(EPISODE_SUFFIXES)}) in this directory", source=str(path))
+        )
     return files, problems
 
 
@@ -145,8 +147,9 @@ def iter_episode_records(inputs: Iterable[str | Path]) -> Iterator[EpisodeRecord
         try:
             data = path.read_bytes()
         except OSError as exc:
-            yield EpisodeRecord(source, "", error=EpisodeError(f"cannot read file: {exc.strerror or exc}",
-                                                               source=source))
+            yield EpisodeRecord(
+                source, "", error=EpisodeError(f"cannot read file: {exc.strerror or exc}", source=source)
+            )
             continue
         if path.suffix.lower() == ".jsonl":
             for lineno, line in enumerate(data.split(b"\n"), start=1):

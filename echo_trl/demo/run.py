@@ -33,15 +33,23 @@ OUTPUTS = ("metrics.json", "env_ce.png", *RUN_DIRS)
 
 def parse_demo_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="echo-trl train --demo", allow_abbrev=False,
+        prog="echo-trl train --demo",
+        allow_abbrev=False,
         description="CPU demo: ECHO vs a lambda=0 GRPO baseline on the same AWM episodes, tiny local model. "
-                    "Prints held-out env-token CE before/after for both; writes models, metrics.json and env_ce.png.")
+        "Prints held-out env-token CE before/after for both; writes models, metrics.json and env_ce.png.",
+    )
     p.add_argument("--output_dir", default="outputs/echo-demo", help="where models, metrics.json and env_ce.png go")
-    p.add_argument("--overwrite_output_dir", action="store_true",
-                   help="replace the outputs of a previous demo run in OUTPUT_DIR (by default the demo refuses)")
-    p.add_argument("--data_dir", default=None,
-                   help=f"AWM episode files/dirs (default: {REPO_DATA} when it holds episodes, else a synthetic "
-                        "AWM-style set written to OUTPUT_DIR/episodes)")
+    p.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="replace the outputs of a previous demo run in OUTPUT_DIR (by default the demo refuses)",
+    )
+    p.add_argument(
+        "--data_dir",
+        default=None,
+        help=f"AWM episode files/dirs (default: {REPO_DATA} when it holds episodes, else a synthetic "
+        "AWM-style set written to OUTPUT_DIR/episodes)",
+    )
     p.add_argument("--max_steps", type=int, default=20, help="optimizer steps per run")
     p.add_argument("--world_model_coeff", type=float, default=0.05, help="lambda of the ECHO run")
     p.add_argument("--learning_rate", type=float, default=2e-3)
@@ -49,15 +57,25 @@ def parse_demo_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--eval_steps", type=int, default=5, help="held-out env CE every this many steps (the plot)")
     p.add_argument("--max_episodes", type=int, default=96, help="use at most this many episodes (bundled data)")
     p.add_argument("--max_completion_length", type=int, default=2048, help="completion tokens kept per trajectory")
-    p.add_argument("--keep_tool_schemas", action="store_true",
-                   help="keep the full tool schemas in the prompt (AWM's are ~10k tokens: slow on CPU); by default "
-                        "only the tool names are rendered")
-    p.add_argument("--model_cache_dir", default=str(DEFAULT_CACHE),
-                   help="where the tiny model is built once and reused ($ECHO_TRL_CACHE)")
+    p.add_argument(
+        "--keep_tool_schemas",
+        action="store_true",
+        help="keep the full tool schemas in the prompt (AWM's are ~10k tokens: slow on CPU); by default "
+        "only the tool names are rendered",
+    )
+    p.add_argument(
+        "--model_cache_dir",
+        default=str(DEFAULT_CACHE),
+        help="where the tiny model is built once and reused ($ECHO_TRL_CACHE)",
+    )
     add_warmup_arguments(p, before="both runs")
-    p.add_argument("--behavior_policy", choices=DEMO_BEHAVIOR_POLICIES, default="initial",
-                   help="behaviour policy of the episodes (they carry no log-probs): the starting model, or the "
-                        "policy at each update (see echo-trl train --help)")
+    p.add_argument(
+        "--behavior_policy",
+        choices=DEMO_BEHAVIOR_POLICIES,
+        default="initial",
+        help="behaviour policy of the episodes (they carry no log-probs): the starting model, or the "
+        "policy at each update (see echo-trl train --help)",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -70,8 +88,10 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
     """Refuse to write over a previous run's outputs unless ``overwrite`` (checked before any work starts)."""
     previous = [name for name in OUTPUTS if (out / name).exists()]
     if previous and not overwrite:
-        raise EchoTrlError(f"{out} holds a previous demo run ({', '.join(previous)}): pass --overwrite_output_dir "
-                           "to replace it, or choose another --output_dir")
+        raise EchoTrlError(
+            f"{out} holds a previous demo run ({', '.join(previous)}): pass --overwrite_output_dir "
+            "to replace it, or choose another --output_dir"
+        )
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -90,7 +110,9 @@ def _demo_episode_files(args: argparse.Namespace, out: Path) -> tuple[list[Path]
         if files:
             splits = REPO_DATA.parent / "awm_scenarios" / "splits.json"
             return files, f"bundled {REPO_DATA}", splits if splits.is_file() else None
-    path = write_episodes(synthetic_episodes(n_tasks=24, per_task=4, seed=args.seed), out / "episodes" / "synthetic.jsonl")
+    path = write_episodes(
+        synthetic_episodes(n_tasks=24, per_task=4, seed=args.seed), out / "episodes" / "synthetic.jsonl"
+    )
     return [path], "synthetic AWM-style episodes (no bundled data/episodes found)", None
 
 
@@ -102,7 +124,7 @@ def split_by_task(ds, splits: Path | None, held_every: int = 4):
         held = {f"{scenario}/{k}" for scenario, s in spec.items() for k in s.get("held_out", [])}
     else:
         groups = sorted(set(ds["group_id"]))
-        held = set(groups[held_every - 1::held_every]) or {groups[-1]}
+        held = set(groups[held_every - 1 :: held_every]) or {groups[-1]}
     return ds.filter(lambda r: r["group_id"] not in held), ds.filter(lambda r: r["group_id"] in held)
 
 
@@ -131,20 +153,36 @@ def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out
     from transformers.trainer_callback import PrinterCallback
 
     from ..config import EchoGRPOConfig
-    from ..trainer import EchoGRPOTrainer
     from ..train.world_eval import evaluate_world_model
+    from ..trainer import EchoGRPOTrainer
 
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     before = evaluate_world_model(model, tokenizer, held, max_completion_length=args.max_completion_length)
     config = EchoGRPOConfig(
-        output_dir=str(out / name), world_model_coeff=coeff, max_steps=args.max_steps,
-        learning_rate=args.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
-        per_device_train_batch_size=args.per_device_train_batch_size, per_device_eval_batch_size=2,
-        num_generations=2, max_completion_length=args.max_completion_length, gradient_checkpointing=False,
-        use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=args.seed,
-        eval_strategy="steps", eval_steps=args.eval_steps, disable_tqdm=True, behavior_policy=args.behavior_policy)
+        output_dir=str(out / name),
+        world_model_coeff=coeff,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        per_device_eval_batch_size=2,
+        num_generations=2,
+        max_completion_length=args.max_completion_length,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        eval_strategy="steps",
+        eval_steps=args.eval_steps,
+        disable_tqdm=True,
+        behavior_policy=args.behavior_policy,
+    )
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, eval_dataset=held, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the demo prints its own summary; the logs are in trainer_state.json
     t0 = time.time()
@@ -153,13 +191,21 @@ def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out
     trainer.save_state()
     trainer.save_model(str(out / name))
     after = evaluate_world_model(trainer.model, tokenizer, held, max_completion_length=args.max_completion_length)
-    curve = [(0, before["ce_env"])] + [(h["step"], h["eval_world/ce_env"]) for h in trainer.state.log_history
-                                       if "eval_world/ce_env" in h]
+    curve = [(0, before["ce_env"])] + [
+        (h["step"], h["eval_world/ce_env"]) for h in trainer.state.log_history if "eval_world/ce_env" in h
+    ]
     train_ce = [(h["step"], h["world/ce_env"]) for h in trainer.state.log_history if "world/ce_env" in h]
-    return {"world_model_coeff": coeff, "heldout_ce_env_before": before["ce_env"],
-            "heldout_ce_env_after": after["ce_env"], "heldout_tokens_env": after["tokens_env"],
-            "by_scenario_after": after["by_scenario"], "eval_curve": curve, "train_ce_env": train_ce,
-            "train_seconds": round(seconds, 1), "model_dir": str(out / name)}
+    return {
+        "world_model_coeff": coeff,
+        "heldout_ce_env_before": before["ce_env"],
+        "heldout_ce_env_after": after["ce_env"],
+        "heldout_tokens_env": after["tokens_env"],
+        "by_scenario_after": after["by_scenario"],
+        "eval_curve": curve,
+        "train_ce_env": train_ce,
+        "train_seconds": round(seconds, 1),
+        "model_dir": str(out / name),
+    }
 
 
 def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
@@ -202,8 +248,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.keep_tool_schemas:
         ds = names_only_tools(ds)
     if len(set(ds["group_id"])) < 2 or len(ds) < 2 * args.per_device_train_batch_size:
-        raise EchoTrlError(f"{source}: {len(ds)} episodes in {len(set(ds['group_id']))} task group(s) are too few for "
-                           "a train / held-out split; pass --data_dir with more episodes")
+        raise EchoTrlError(
+            f"{source}: {len(ds)} episodes in {len(set(ds['group_id']))} task group(s) are too few for "
+            "a train / held-out split; pass --data_dir with more episodes"
+        )
     train, held = split_by_task(ds, splits)
     if len(train) < args.per_device_train_batch_size or not len(held):
         raise EchoTrlError(f"{source}: the split leaves {len(train)} train / {len(held)} held-out episodes")
@@ -211,37 +259,66 @@ def run_demo(args: argparse.Namespace) -> int:
     model_path = _tiny_model_for(train, Path(args.model_cache_dir))
     print(f"tiny model: {model_path}", file=sys.stderr)
     model_path, warmup = warm_up_tiny_model(
-        model_path, train, WarmupSettings(steps=args.warmup_steps, learning_rate=args.warmup_learning_rate,
-                                          batch_size=args.per_device_train_batch_size,
-                                          max_completion_length=args.max_completion_length, seed=args.seed),
-        log=lambda m: print(m, file=sys.stderr))
+        model_path,
+        train,
+        WarmupSettings(
+            steps=args.warmup_steps,
+            learning_rate=args.warmup_learning_rate,
+            batch_size=args.per_device_train_batch_size,
+            max_completion_length=args.max_completion_length,
+            seed=args.seed,
+        ),
+        log=lambda m: print(m, file=sys.stderr),
+    )
     if args.warmup_steps > 0:
-        print(f"warmed-up start model (shared by both runs{', cached' if warmup['cached'] else ''}): {model_path}",
-              file=sys.stderr)
+        print(
+            f"warmed-up start model (shared by both runs{', cached' if warmup['cached'] else ''}): {model_path}",
+            file=sys.stderr,
+        )
 
-    labels = {f"ECHO (lambda={args.world_model_coeff:g})": (RUN_DIRS[0], args.world_model_coeff),
-              "GRPO (lambda=0)": (RUN_DIRS[1], 0.0)}
+    labels = {
+        f"ECHO (lambda={args.world_model_coeff:g})": (RUN_DIRS[0], args.world_model_coeff),
+        "GRPO (lambda=0)": (RUN_DIRS[1], 0.0),
+    }
     results = {}
     for label, (name, coeff) in labels.items():
         print(f"training {label} for {args.max_steps} steps ...", file=sys.stderr)
         results[label] = _train_run(name, coeff, model_path, train, held, args, out)
 
-    metrics = {"source": source, "train_episodes": len(train), "heldout_episodes": len(held),
-               "heldout_groups": sorted(set(held["group_id"])), "split": str(splits) if splits else "every 4th task",
-               "tool_schemas": "full" if args.keep_tool_schemas else "names only",
-               "model": str(model_path), "warmup": warmup, "max_steps": args.max_steps, "learning_rate": args.learning_rate,
-               "runs": results, "wall_seconds": round(time.time() - start, 1)}
+    metrics = {
+        "source": source,
+        "train_episodes": len(train),
+        "heldout_episodes": len(held),
+        "heldout_groups": sorted(set(held["group_id"])),
+        "split": str(splits) if splits else "every 4th task",
+        "tool_schemas": "full" if args.keep_tool_schemas else "names only",
+        "model": str(model_path),
+        "warmup": warmup,
+        "max_steps": args.max_steps,
+        "learning_rate": args.learning_rate,
+        "runs": results,
+        "wall_seconds": round(time.time() - start, 1),
+    }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     plot = _plot(results, out / "env_ce.png")
 
-    start_model = (f"tiny Qwen3-architecture model after a shared {args.warmup_steps}-step warm-up on context + action "
-                   "tokens (env outputs never shown)" if args.warmup_steps > 0 else "tiny random-init Qwen3-architecture model")
-    print(f"\nECHO demo: {start_model}, {len(train)} train / {len(held)} held-out episodes ({source}), "
-          f"{args.max_steps} steps each")
+    start_model = (
+        f"tiny Qwen3-architecture model after a shared {args.warmup_steps}-step warm-up on context + action "
+        "tokens (env outputs never shown)"
+        if args.warmup_steps > 0
+        else "tiny random-init Qwen3-architecture model"
+    )
+    print(
+        f"\nECHO demo: {start_model}, {len(train)} train / {len(held)} held-out episodes ({source}), "
+        f"{args.max_steps} steps each"
+    )
     print(f"{'held-out env-token CE (nats/token)':<36}{'before':>9}{'after':>9}{'change':>9}")
     for label, r in results.items():
         b, a = r["heldout_ce_env_before"], r["heldout_ce_env_after"]
         print(f"  {label:<34}{b:>9.3f}{a:>9.3f}{a - b:>+9.3f}")
-    print(f"wrote {out / 'metrics.json'}" + (f", {plot}" if plot else "")
-          + f", models in {out / RUN_DIRS[0]} and {out / RUN_DIRS[1]} ({metrics['wall_seconds']:.0f}s)")
+    print(
+        f"wrote {out / 'metrics.json'}"
+        + (f", {plot}" if plot else "")
+        + f", models in {out / RUN_DIRS[0]} and {out / RUN_DIRS[1]} ({metrics['wall_seconds']:.0f}s)"
+    )
     return 0

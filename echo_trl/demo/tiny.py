@@ -28,16 +28,37 @@ class TemplateFamily:
 
 FAMILIES: dict[str, TemplateFamily] = {
     "qwen2_5": TemplateFamily(
-        "qwen2_5", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-        ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"), "<|im_end|>", None, "qwen2"),
+        "qwen2_5",
+        ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
+        "<|im_end|>",
+        None,
+        "qwen2",
+    ),
     "qwen3": TemplateFamily(
-        "qwen3", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        "qwen3",
+        ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
         ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"),
-        "<|im_end|>", None, "qwen3"),
+        "<|im_end|>",
+        None,
+        "qwen3",
+    ),
     "llama3_1": TemplateFamily(
-        "llama3_1", ("<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                     "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"),
-        (), "<|eot_id|>", "<|begin_of_text|>", "llama"),
+        "llama3_1",
+        (
+            "<|end_of_text|>",
+            "<|begin_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+        ),
+        (),
+        "<|eot_id|>",
+        "<|begin_of_text|>",
+        "llama",
+    ),
 }
 
 _BASE_CORPUS = [
@@ -55,8 +76,10 @@ _BASE_CORPUS = [
 #: The pre-tokenization regex of the Qwen2/Qwen3 and Llama-3 tokenizers (Llama-3 groups digits by
 #: three; the difference does not matter here). Using it makes BPE merges cross the same
 #: boundaries as in the real tokenizers, e.g. a JSON ``}`` merging with the newline after it.
-PRETOKENIZE_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                       r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRETOKENIZE_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 
 def trl_chat_template(name: str) -> str:
@@ -73,35 +96,57 @@ def build_tiny_tokenizer(family: str = "qwen3", corpus: Iterable[str] = (), voca
         raise ValueError(f"unknown template family {family!r}; choose one of {', '.join(FAMILIES)}")
     fam = FAMILIES[family]
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(fam.special),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(fam.special),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator([*_BASE_CORPUS, *corpus], trainer=trainer)
     if fam.added:
         tok.add_tokens(list(fam.added))
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=fam.eos, pad_token=fam.special[0], bos_token=fam.bos,
-        unk_token=None, model_max_length=1 << 20)
+        tokenizer_object=tok,
+        eos_token=fam.eos,
+        pad_token=fam.special[0],
+        bos_token=fam.bos,
+        unk_token=None,
+        model_max_length=1 << 20,
+    )
     hf.chat_template = trl_chat_template(fam.template)
     return hf
 
 
-def build_tiny_model(tokenizer, family: str = "qwen3", *, hidden_size: int = 64, num_layers: int = 2,
-                     num_heads: int = 4, seed: int = 0):
+def build_tiny_model(
+    tokenizer, family: str = "qwen3", *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0
+):
     """A random-init causal LM of the family's architecture, sized to ``tokenizer``."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     fam = FAMILIES[family]
     config = AutoConfig.for_model(
-        fam.architecture, vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=max(1, num_heads // 2),
-        head_dim=hidden_size // num_heads, max_position_embeddings=32768, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id)
+        fam.architecture,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -109,8 +154,15 @@ def build_tiny_model(tokenizer, family: str = "qwen3", *, hidden_size: int = 64,
     return model
 
 
-def ensure_tiny_model(path: str | Path, *, family: str = "qwen3", corpus: Iterable[str] = (),
-                      vocab_size: int = 2048, hidden_size: int = 128, num_layers: int = 2) -> Path:
+def ensure_tiny_model(
+    path: str | Path,
+    *,
+    family: str = "qwen3",
+    corpus: Iterable[str] = (),
+    vocab_size: int = 2048,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+) -> Path:
     """Build and save a tiny model + tokenizer at ``path`` once; later calls reuse it."""
     path = Path(path)
     marker = path / "echo_trl_tiny.json"
@@ -121,8 +173,10 @@ def ensure_tiny_model(path: str | Path, *, family: str = "qwen3", corpus: Iterab
     path.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
-    marker.write_text(json.dumps({"family": family, "vocab_size": vocab_size, "hidden_size": hidden_size,
-                                  "num_layers": num_layers}), encoding="utf-8")
+    marker.write_text(
+        json.dumps({"family": family, "vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers}),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -131,5 +185,8 @@ def corpus_of(rows) -> Iterator[str]:
     tool call's arguments followed by its name."""
     for row in rows:
         yield from (m["content"] or "" for m in row["prompt"] + row["completion"])
-        yield from (str(c["function"]["arguments"]) + c["function"]["name"] for m in row["completion"]
-                    for c in (m.get("tool_calls") or []))
+        yield from (
+            str(c["function"]["arguments"]) + c["function"]["name"]
+            for m in row["completion"]
+            for c in (m.get("tool_calls") or [])
+        )

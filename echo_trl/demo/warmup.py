@@ -45,11 +45,15 @@ class WarmupSettings:
 def add_warmup_arguments(parser, *, before: str = "every run") -> None:
     """``--warmup_steps`` / ``--warmup_learning_rate`` of a command that warms the tiny model up (the demo, the
     curve script), with :class:`WarmupSettings`' meaning."""
-    parser.add_argument("--warmup_steps", type=int, default=40,
-                        help=f"shared warm-up of the random-init tiny model before {before} (stands in for "
-                             "pretraining): next-token training on the train split's context + action tokens, env "
-                             "outputs removed (echo_trl.demo.warmup); cached next to the tiny model; 0 = start from "
-                             "random init")
+    parser.add_argument(
+        "--warmup_steps",
+        type=int,
+        default=40,
+        help=f"shared warm-up of the random-init tiny model before {before} (stands in for "
+        "pretraining): next-token training on the train split's context + action tokens, env "
+        "outputs removed (echo_trl.demo.warmup); cached next to the tiny model; 0 = start from "
+        "random init",
+    )
     parser.add_argument("--warmup_learning_rate", type=float, default=3e-3)
 
 
@@ -115,8 +119,9 @@ def train_warmup(model, examples, settings: WarmupSettings, pad_id: int) -> list
     losses = []
     for ids, attn, labels in _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id):
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                                 ignore_index=IGNORE)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=IGNORE
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -126,8 +131,9 @@ def train_warmup(model, examples, settings: WarmupSettings, pad_id: int) -> list
     return losses
 
 
-def warm_up_tiny_model(base: str | Path, rows, settings: WarmupSettings | None = None, *,
-                       log=None) -> tuple[Path, dict[str, Any]]:
+def warm_up_tiny_model(
+    base: str | Path, rows, settings: WarmupSettings | None = None, *, log=None
+) -> tuple[Path, dict[str, Any]]:
     """Warm up the tiny model at ``base`` on ``rows`` (training trajectories) without env outputs.
 
     Returns the warmed model's directory (``<base>-warm-<digest>``, reused when it exists) and its
@@ -148,15 +154,23 @@ def warm_up_tiny_model(base: str | Path, rows, settings: WarmupSettings | None =
     model = AutoModelForCausalLM.from_pretrained(base)
     t0 = time.time()
     losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
-    record = {"base": str(base), "settings": asdict(settings), "examples": len(examples),
-              "target_tokens": int(sum(sum(y != IGNORE for y in lab) for _, lab in examples)),
-              "loss_first": losses[0], "loss_last": sum(losses[-5:]) / len(losses[-5:]),
-              "seconds": round(time.time() - t0, 1), "version": WARMUP_VERSION}
+    record = {
+        "base": str(base),
+        "settings": asdict(settings),
+        "examples": len(examples),
+        "target_tokens": int(sum(sum(y != IGNORE for y in lab) for _, lab in examples)),
+        "loss_first": losses[0],
+        "loss_last": sum(losses[-5:]) / len(losses[-5:]),
+        "seconds": round(time.time() - t0, 1),
+        "version": WARMUP_VERSION,
+    }
     path.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
     marker.write_text(json.dumps(record, indent=2), encoding="utf-8")  # written last: marks a complete checkpoint
     if log:
-        log(f"warm-up: {settings.steps} steps in {record['seconds']}s, loss {record['loss_first']:.3f} -> "
-            f"{record['loss_last']:.3f} (context + action tokens; env outputs removed)")
+        log(
+            f"warm-up: {settings.steps} steps in {record['seconds']}s, loss {record['loss_first']:.3f} -> "
+            f"{record['loss_last']:.3f} (context + action tokens; env outputs removed)"
+        )
     return path, {**record, "cached": False}

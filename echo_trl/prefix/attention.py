@@ -68,8 +68,15 @@ class TreeAttentionPlan:
                 continue
             index = tree.key_value_index(k)
             ancestors = len(index) - s.length  # the queries are the last `length` keys of the path
-            blocks = tuple((start, min(start + QUERY_BLOCK, s.length), ancestors + min(start + QUERY_BLOCK, s.length),
-                            ancestors + start) for start in range(0, s.length, QUERY_BLOCK))
+            blocks = tuple(
+                (
+                    start,
+                    min(start + QUERY_BLOCK, s.length),
+                    ancestors + min(start + QUERY_BLOCK, s.length),
+                    ancestors + start,
+                )
+                for start in range(0, s.length, QUERY_BLOCK)
+            )
             out.append((s.offset, s.offset + s.length, torch.as_tensor(index, device=device), blocks))
         return cls(tuple(out))
 
@@ -81,7 +88,8 @@ class TreeAttentionPlan:
         if key not in self.masks:
             start, end, keys, diagonal = block
             self.masks[key] = torch.full((end - start, keys), float("-inf"), dtype=dtype, device=device).triu(
-                diagonal + 1)
+                diagonal + 1
+            )
         return self.masks[key]
 
 
@@ -91,8 +99,17 @@ def _sdpa():
     return sdpa_attention_forward
 
 
-def tree_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                   prefix_tree: TreeAttentionPlan | None = None, **kwargs):
+def tree_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    prefix_tree: TreeAttentionPlan | None = None,
+    **kwargs,
+):
     """``transformers`` attention function: SDPA per tree segment over its path; plain SDPA without a tree."""
     if prefix_tree is None:
         return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
@@ -106,15 +123,30 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     outs = []
     for a, b, index, blocks in prefix_tree.segments:
         if index is None:
-            outs.append(F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
-                                                       is_causal=True, dropout_p=dropout, scale=scaling))
+            outs.append(
+                F.scaled_dot_product_attention(
+                    query[:, :, a:b],
+                    key[:, :, a:b],
+                    value[:, :, a:b],
+                    is_causal=True,
+                    dropout_p=dropout,
+                    scale=scaling,
+                )
+            )
             continue
         k, v = key.index_select(2, index), value.index_select(2, index)
         for block in blocks:
             start, end, keys, _ = block
-            outs.append(F.scaled_dot_product_attention(query[:, :, a + start:a + end], k[:, :, :keys], v[:, :, :keys],
-                                                       attn_mask=prefix_tree.mask(block, query.dtype, query.device),
-                                                       dropout_p=dropout, scale=scaling))
+            outs.append(
+                F.scaled_dot_product_attention(
+                    query[:, :, a + start : a + end],
+                    k[:, :, :keys],
+                    v[:, :, :keys],
+                    attn_mask=prefix_tree.mask(block, query.dtype, query.device),
+                    dropout_p=dropout,
+                    scale=scaling,
+                )
+            )
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 
@@ -161,9 +193,17 @@ class SharedLogps:
     index: torch.Tensor  # (rows, logits_to_keep): packed position whose output scores each column (num_tokens: none)
 
 
-def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, *,
-                 compute_entropy: bool = False, fused_lm_head: bool = True, temperature: float = 1.0,
-                 min_shared_tokens: int = MIN_SHARED_TOKENS) -> SharedLogps:
+def shared_logps(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    *,
+    compute_entropy: bool = False,
+    fused_lm_head: bool = True,
+    temperature: float = 1.0,
+    min_shared_tokens: int = MIN_SHARED_TOKENS,
+) -> SharedLogps:
     """Log-probs of the last ``logits_to_keep`` columns, as ``GRPOTrainer._get_per_token_logps_and_entropies``.
 
     Same inputs (``input_ids = cat(prompt_ids, completion_ids)``, its ``attention_mask``), same output
@@ -175,18 +215,24 @@ def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     it is called as given, once, so the wrapper's hooks run as for any forward.
     """
     if _unwrap(model).config._attn_implementation != TREE_ATTENTION:
-        raise ValueError("the model does not use prefix-tree attention: call enable_prefix_tree_attention(model) "
-                         "once before shared_logps")
-    ids, pos, scored = rows_from_padded(input_ids.detach().cpu().numpy(), attention_mask.detach().cpu().numpy(),
-                                        logits_to_keep)
+        raise ValueError(
+            "the model does not use prefix-tree attention: call enable_prefix_tree_attention(model) "
+            "once before shared_logps"
+        )
+    ids, pos, scored = rows_from_padded(
+        input_ids.detach().cpu().numpy(), attention_mask.detach().cpu().numpy(), logits_to_keep
+    )
     tree = build_prefix_tree(ids, pos, min_shared_tokens=min_shared_tokens)
     packed_ids, packed_pos, next_ids = tree.packed()
     index, needed = gather_index(tree, scored, logits_to_keep)
     device = input_ids.device
     labels = torch.as_tensor(np.where(needed, next_ids, -100), device=device)[None]
     plan = TreeAttentionPlan.from_tree(tree, device)
-    inputs = {"input_ids": torch.as_tensor(packed_ids, device=device)[None],
-              "position_ids": torch.as_tensor(packed_pos, device=device)[None], "prefix_tree": plan}
+    inputs = {
+        "input_ids": torch.as_tensor(packed_ids, device=device)[None],
+        "position_ids": torch.as_tensor(packed_pos, device=device)[None],
+        "prefix_tree": plan,
+    }
     with _packed():
         if fused_lm_head:
             out = model(**inputs, shift_labels=labels, fused_lm_head=True)
@@ -198,8 +244,9 @@ def shared_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
             per_pos, ent = _selective_log_softmax(logits, labels[0], compute_entropy)
     rows_index = torch.as_tensor(index, device=device)
     pick = lambda x: torch.cat([x, x.new_zeros(1)])[rows_index]  # noqa: E731  (slot n: no scored token)
-    return SharedLogps(pick(per_pos), pick(ent) if compute_entropy else None, tree.num_tokens, tree.total_tokens,
-                       rows_index)
+    return SharedLogps(
+        pick(per_pos), pick(ent) if compute_entropy else None, tree.num_tokens, tree.total_tokens, rows_index
+    )
 
 
 @contextlib.contextmanager

@@ -24,8 +24,14 @@ from collections.abc import Hashable, Iterator, Sequence
 import numpy as np
 
 
-def prefix_grouped_order(group_ids: Sequence[Hashable], scenario_ids: Sequence[Hashable] | None = None, *,
-                         seed: int, epoch: int, shuffle: bool = True) -> list[int]:
+def prefix_grouped_order(
+    group_ids: Sequence[Hashable],
+    scenario_ids: Sequence[Hashable] | None = None,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+) -> list[int]:
     """A permutation of ``range(len(group_ids))`` with each group's rows contiguous, and within a
     scenario its groups contiguous.
 
@@ -51,12 +57,13 @@ def prefix_grouped_order(group_ids: Sequence[Hashable], scenario_ids: Sequence[H
     return order
 
 
-def repeat_like_trl(order: Sequence[int], batch_size: int, repeat_count: int = 1,
-                    mini_repeat_count: int = 1) -> Iterator[int]:
+def repeat_like_trl(
+    order: Sequence[int], batch_size: int, repeat_count: int = 1, mini_repeat_count: int = 1
+) -> Iterator[int]:
     """The index stream TRL's ``RepeatSampler`` yields, for a given epoch ``order`` instead of its ``randperm``:
     chunks of ``batch_size`` (an incomplete last chunk dropped), each chunk ``repeat_count`` times, each
     index ``mini_repeat_count`` times in a row."""
-    chunks = [list(order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
+    chunks = [list(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
     for chunk in chunks:
         if len(chunk) < batch_size:
             continue

@@ -67,19 +67,21 @@ class PrefixTree:
         ids, pos, nxt = [], [], []
         for s in self.segments:
             row_ids = self.ids[s.row]
-            ids.append(row_ids[s.start:s.end])
-            pos.append(self.positions[s.row][s.start:s.end])
+            ids.append(row_ids[s.start : s.end])
+            pos.append(self.positions[s.row][s.start : s.end])
             following = np.full(s.length, IGNORE, dtype=np.int64)
             stop = min(s.end + 1, len(row_ids))
-            following[:stop - s.start - 1] = row_ids[s.start + 1:stop]
+            following[: stop - s.start - 1] = row_ids[s.start + 1 : stop]
             nxt.append(following)
         cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)  # noqa: E731
         return cat(ids), cat(pos), cat(nxt)
 
     def row_index(self, row: int) -> np.ndarray:
         """Packed position of each token of ``row`` (its length)."""
-        parts = [np.arange(self.segments[k].offset, self.segments[k].offset + self.segments[k].length)
-                 for k in self.paths[row]]
+        parts = [
+            np.arange(self.segments[k].offset, self.segments[k].offset + self.segments[k].length)
+            for k in self.paths[row]
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def key_value_index(self, segment: int) -> np.ndarray:
@@ -88,20 +90,27 @@ class PrefixTree:
         while k >= 0:
             chain.append(k)
             k = self.segments[k].parent
-        return np.concatenate([np.arange(self.segments[k].offset, self.segments[k].offset + self.segments[k].length)
-                               for k in reversed(chain)])
+        return np.concatenate(
+            [
+                np.arange(self.segments[k].offset, self.segments[k].offset + self.segments[k].length)
+                for k in reversed(chain)
+            ]
+        )
 
 
-def build_prefix_tree(ids: Sequence[Sequence[int]], positions: Sequence[Sequence[int]] | None = None, *,
-                      min_shared_tokens: int = 1) -> PrefixTree:
+def build_prefix_tree(
+    ids: Sequence[Sequence[int]], positions: Sequence[Sequence[int]] | None = None, *, min_shared_tokens: int = 1
+) -> PrefixTree:
     """Fold rows of token ids (and their position ids; default ``0..n-1``) into a :class:`PrefixTree`.
 
     A common prefix is shared only when it is at least ``min_shared_tokens`` long: a shared run of a
     few template tokens saves nothing and costs its children a causal mask over it.
     """
     rows = tuple(np.asarray(x, dtype=np.int64).reshape(-1) for x in ids)
-    pos = tuple(np.arange(len(x), dtype=np.int64) if positions is None else np.asarray(p, dtype=np.int64).reshape(-1)
-                for x, p in zip(rows, positions if positions is not None else rows, strict=True))
+    pos = tuple(
+        np.arange(len(x), dtype=np.int64) if positions is None else np.asarray(p, dtype=np.int64).reshape(-1)
+        for x, p in zip(rows, positions if positions is not None else rows, strict=True)
+    )
     for r, (x, p) in enumerate(zip(rows, pos, strict=True)):
         if len(x) != len(p):
             raise ValueError(f"row {r}: {len(x)} token ids but {len(p)} position ids")
@@ -156,8 +165,9 @@ def build_prefix_tree(ids: Sequence[Sequence[int]], positions: Sequence[Sequence
     return PrefixTree(rows, pos, tuple(segments), tuple(paths))
 
 
-def rows_from_padded(input_ids: np.ndarray, attention_mask: np.ndarray, logits_to_keep: int
-                     ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+def rows_from_padded(
+    input_ids: np.ndarray, attention_mask: np.ndarray, logits_to_keep: int
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """TRL's padded batch -> per row ``(ids, positions, scored columns)``.
 
     ``input_ids`` is ``cat(prompt_ids, completion_ids)`` (prompts left-padded, completions right-padded)

@@ -35,8 +35,12 @@ LAYOUT_VERSION = "2"  # 2: special-token text inside a conversation is tokenized
 IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
 #: The columns :func:`tokenize_dataset` adds.
 TOKEN_COLUMNS = (IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS)
-TOKEN_FEATURES = {IDS: List(Value("int32")), ROLES: List(Value("int8")), PROMPT_LENGTH: Value("int32"),
-                  MESSAGE_ENDS: List(Value("int32"))}
+TOKEN_FEATURES = {
+    IDS: List(Value("int32")),
+    ROLES: List(Value("int8")),
+    PROMPT_LENGTH: Value("int32"),
+    MESSAGE_ENDS: List(Value("int32")),
+}
 
 
 def cache_root() -> Path:
@@ -70,11 +74,15 @@ def _fingerprint(ds: datasets.Dataset, tokenizer) -> str:
 
 def _tokenize_rows(batch: dict[str, list], indices: list[int], tokenizer) -> dict[str, list]:
     rows = [{k: v[i] for k, v in batch.items()} for i in range(len(indices))]
-    tokens = tokenize_rows(tokenizer, rows, indices,
-                           label=lambda index, row: f"row {index} (group_id {row.get('group_id')!r})")
-    return {IDS: [t.input_ids for t in tokens], ROLES: [t.roles.tolist() for t in tokens],
-            PROMPT_LENGTH: [t.prompt_length for t in tokens],
-            MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens]}
+    tokens = tokenize_rows(
+        tokenizer, rows, indices, label=lambda index, row: f"row {index} (group_id {row.get('group_id')!r})"
+    )
+    return {
+        IDS: [t.input_ids for t in tokens],
+        ROLES: [t.roles.tolist() for t in tokens],
+        PROMPT_LENGTH: [t.prompt_length for t in tokens],
+        MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens],
+    }
 
 
 def cache_file_for(ds: datasets.Dataset, prefix: str, fingerprint: str) -> str | None:
@@ -102,11 +110,18 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, *, show_progress: bool | N
     fingerprint = _fingerprint(ds, tokenizer)
     cache_file = cache_file_for(ds, "echo-tokens", fingerprint)
     with map_progress(show_progress):
-        return ds.map(_tokenize_rows, batched=True, batch_size=64, with_indices=True,
-                      fn_kwargs={"tokenizer": tokenizer}, new_fingerprint=fingerprint,
-                      cache_file_name=cache_file, keep_in_memory=cache_file is None,
-                      features=Features({**ds.features, **TOKEN_FEATURES}),
-                      desc="tokenizing trajectories (once per tokenizer)")
+        return ds.map(
+            _tokenize_rows,
+            batched=True,
+            batch_size=64,
+            with_indices=True,
+            fn_kwargs={"tokenizer": tokenizer},
+            new_fingerprint=fingerprint,
+            cache_file_name=cache_file,
+            keep_in_memory=cache_file is None,
+            features=Features({**ds.features, **TOKEN_FEATURES}),
+            desc="tokenizing trajectories (once per tokenizer)",
+        )
 
 
 @contextmanager
@@ -138,5 +153,10 @@ def row_tokens(row: dict[str, Any]) -> RoleTokens:
     p = int(row[PROMPT_LENGTH])
     ends = [int(e) for e in row[MESSAGE_ENDS]]
     spans = [(p if k == 0 else ends[k - 1], e) for k, e in enumerate(ends)]
-    return RoleTokens(list(row[IDS]), np.asarray(row[ROLES], dtype=np.int8), p, message_token_spans=spans,
-                      message_char_ends=[0] * len(ends))
+    return RoleTokens(
+        list(row[IDS]),
+        np.asarray(row[ROLES], dtype=np.int8),
+        p,
+        message_token_spans=spans,
+        message_char_ends=[0] * len(ends),
+    )

@@ -83,8 +83,9 @@ def tokenizer_state(tokenizer) -> TokenizerState:
 
 def _render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
     try:
-        return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
     except Exception as exc:  # jinja raises many types; all mean "this template cannot render this"
         raise TemplateError(f"chat template failed to render the conversation: {exc}") from exc
 
@@ -94,7 +95,8 @@ def template_info(tokenizer) -> TemplateInfo:
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; ECHO renders each "
-            "trajectory with the model's own template (set tokenizer.chat_template)")
+            "trajectory with the model's own template (set tokenizer.chat_template)"
+        )
     state = tokenizer_state(tokenizer)
     if state.info is None:
         state.info = _derive_template_info(tokenizer)
@@ -108,18 +110,26 @@ def _derive_template_info(tokenizer) -> TemplateInfo:
     if not with_gen.startswith(plain) or len(with_gen) == len(plain):
         raise TemplateError("chat template has no generation prompt (add_generation_prompt changes nothing)")
     probe = probe_format().format("A")
-    text = _render(tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None)
-    after = text[text.index(probe) + len(probe):]
-    specials = sorted({*tokenizer.all_special_tokens,
-                       *(t.content for t in tokenizer.added_tokens_decoder.values() if t.special)},
-                      key=len, reverse=True)
+    text = _render(
+        tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None
+    )
+    after = text[text.index(probe) + len(probe) :]
+    specials = sorted(
+        {*tokenizer.all_special_tokens, *(t.content for t in tokenizer.added_tokens_decoder.values() if t.special)},
+        key=len,
+        reverse=True,
+    )
     markers = {s for s in specials if after.startswith(s)}
     if tokenizer.eos_token:
         markers.add(tokenizer.eos_token)
     if not markers:
         raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
-    return TemplateInfo(with_gen[len(plain):], tuple(sorted(markers, key=len, reverse=True)),
-                        _tool_content_mode(tokenizer), tuple(specials))
+    return TemplateInfo(
+        with_gen[len(plain) :],
+        tuple(sorted(markers, key=len, reverse=True)),
+        _tool_content_mode(tokenizer),
+        tuple(specials),
+    )
 
 
 def _tool_content_mode(tokenizer) -> str | None:
@@ -130,9 +140,11 @@ def _tool_content_mode(tokenizer) -> str | None:
     """
     modes = set()
     for content in (' A"b\n\\c\t ', '\n{"k": "v"}\n'):  # unlike, and both change when escaped
-        convo = [{"role": "user", "content": "x"},
-                 {"role": "assistant", "content": "", "tool_calls": [tool_call("f", {})]},
-                 {"role": "tool", "name": "f", "content": content}]
+        convo = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": [tool_call("f", {})]},
+            {"role": "tool", "name": "f", "content": content},
+        ]
         try:
             text = _render(tokenizer, convo, None)
         except TemplateError:
@@ -208,13 +220,17 @@ def _splice(probe_text: str, probe: str, contents: dict[int, str], mode: str) ->
     return "".join(out)
 
 
-def _render_tools(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str],
-                  probe: str) -> tuple[str, str, dict[int, int]]:
+def _render_tools(
+    tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str], probe: str
+) -> tuple[str, str, dict[int, int]]:
     """(real render, probe render, where each probe is in it): the conversation with each tool message's
-    text, and with a probe in its place. The real one is spliced from the probe render once that was checked against a real render
-    for this tokenizer (only templates that insert tool content as-is)."""
+    text, and with a probe in its place. The real one is spliced from the probe render once that was checked
+    against a real render for this tokenizer (only templates that insert tool content as-is)."""
     prompt, completion, tools = trajectory.prompt, trajectory.completion, trajectory.tools or None
-    probed = [*prompt, *[({**m, "content": probe.format(i)} if i in contents else m) for i, m in enumerate(completion)]]
+    probed = [
+        *prompt,
+        *[({**m, "content": probe.format(i)} if i in contents else m) for i, m in enumerate(completion)],
+    ]
     probe_text = _render(tokenizer, probed, tools)
     at = _probe_positions(probe_text, probe, contents)
     state = tokenizer_state(tokenizer)
@@ -233,7 +249,7 @@ _DIGITS = re.compile(r"(\d+)_")
 def _probe_positions(probe_text: str, probe: str, contents: dict[int, str]) -> dict[int, int]:
     """Where ``probe.format(i)`` is in ``probe_text`` for each tool message ``i``, found in one pass (a search
     from the start per message was quadratic); an error unless each occurs exactly once."""
-    head = probe[:probe.index("{}")]  # the random tag and "_": then the index and "_"
+    head = probe[: probe.index("{}")]  # the random tag and "_": then the index and "_"
     found: dict[str, list[int]] = {}
     for at in Occurrences(probe_text).all(head):
         m = _DIGITS.match(probe_text, at + len(head))
@@ -245,8 +261,9 @@ def _probe_positions(probe_text: str, probe: str, contents: dict[int, str]) -> d
     return {i: at[0] for i, at in positions.items()}
 
 
-def _content_starts(info: TemplateInfo, text: str, probe_text: str, probe: str, probe_at: dict[int, int],
-                    contents: dict[int, str]) -> dict[int, tuple[int, bool]]:
+def _content_starts(
+    info: TemplateInfo, text: str, probe_text: str, probe: str, probe_at: dict[int, int], contents: dict[int, str]
+) -> dict[int, tuple[int, bool]]:
     """Where each tool message's text starts in ``text``, and whether the template JSON-escaped it."""
     starts: dict[int, tuple[int, bool]] = {}
     shift = 0
@@ -259,7 +276,9 @@ def _content_starts(info: TemplateInfo, text: str, probe_text: str, probe: str, 
         forms = {"verbatim": [False], "escaped": [True]}.get(info.tool_content, [True, False])
         matches = [esc for esc in forms if text.startswith(_escaped(full) if esc else full, pos)]
         if not matches:
-            raise TemplateError(f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)")
+            raise TemplateError(
+                f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)"
+            )
         starts[i] = (pos, matches[0])
         shift += len(_escaped(full) if matches[0] else full) - len(probe_i)
     if len(probe_text) + shift != len(text):
@@ -284,8 +303,9 @@ class Layout:
     neutral_text: str = ""  # ``text`` with that special-token text replaced (same length), when it has some
 
 
-def _mark_action(occ: Occurrences, roles: np.ndarray, info: TemplateInfo, message: dict, i: int,
-                 cursor: int) -> tuple[int, int]:
+def _mark_action(
+    occ: Occurrences, roles: np.ndarray, info: TemplateInfo, message: dict, i: int, cursor: int
+) -> tuple[int, int]:
     """Mark assistant message ``i``'s generated characters; (where they start, where its turn ends)."""
     text = occ.text
     head = occ.find(info.generation_prompt, cursor)
@@ -297,21 +317,28 @@ def _mark_action(occ: Occurrences, roles: np.ndarray, info: TemplateInfo, messag
         if call["function"]["name"] not in text[start:end]:
             raise TemplateError(
                 "chat template does not render assistant tool_calls (no tool-calling support?): "
-                f"{call['function']['name']!r} missing from completion message {i}")
+                f"{call['function']['name']!r} missing from completion message {i}"
+            )
     roles[start:end] = Role.ACTION.code
     return start, end
 
 
-def _mark_tool(occ: Occurrences, roles: np.ndarray, info: TemplateInfo, pieces: list[tuple[int, str]],
-               start: tuple[int, bool], cursor: int) -> int:
+def _mark_tool(
+    occ: Occurrences,
+    roles: np.ndarray,
+    info: TemplateInfo,
+    pieces: list[tuple[int, str]],
+    start: tuple[int, bool],
+    cursor: int,
+) -> int:
     """Mark a tool message's output and warnings, and its wrapper as observation; where its turn ends."""
     pos, escaped = start
     for code, piece in pieces:
         n = len(_escaped(piece) if escaped else piece)
-        roles[pos:pos + n] = code
+        roles[pos : pos + n] = code
         pos += n
     nxt = occ.find(info.generation_prompt, pos)
-    window = roles[cursor:len(occ.text) if nxt == -1 else nxt]
+    window = roles[cursor : len(occ.text) if nxt == -1 else nxt]
     window[window == Role.CONTEXT.code] = Role.OBSERVATION.code
     return _find_end(occ, pos, info.end_markers)
 
@@ -329,25 +356,31 @@ def _neutralized(value, specials: tuple[str, ...]):
     return value
 
 
-def _template_specials(tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str],
-                       text: str) -> tuple[list[tuple[int, int]], str]:
+def _template_specials(
+    tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str], text: str
+) -> tuple[list[tuple[int, int]], str]:
     """Where the template itself put special tokens in ``text``, found in a render of the same conversation
     whose special-token text is neutralized (same length; a template inserts it verbatim or JSON-escaped,
     and JSON escapes neither)."""
-    real = [*trajectory.prompt, *[({**m, "content": contents[i]} if i in contents else m)
-                                  for i, m in enumerate(trajectory.completion)]]
-    neutral = _render(tokenizer, _neutralized(real, info.special_tokens),
-                      _neutralized(trajectory.tools, info.special_tokens) or None)
+    real = [
+        *trajectory.prompt,
+        *[({**m, "content": contents[i]} if i in contents else m) for i, m in enumerate(trajectory.completion)],
+    ]
+    neutral = _render(
+        tokenizer, _neutralized(real, info.special_tokens), _neutralized(trajectory.tools, info.special_tokens) or None
+    )
     if len(neutral) != len(text):
-        raise TemplateError("chat template renders special-token text inside the conversation in a "
-                            "length-changing way; cannot tell it from the template's own special tokens")
+        raise TemplateError(
+            "chat template renders special-token text inside the conversation in a "
+            "length-changing way; cannot tell it from the template's own special tokens"
+        )
     spans, taken = [], np.zeros(len(neutral) + 1, dtype=bool)
     for s in info.special_tokens:  # longest first
         at = neutral.find(s)
         while at != -1:
-            if not taken[at:at + len(s)].any():
+            if not taken[at : at + len(s)].any():
                 spans.append((at, at + len(s)))
-                taken[at:at + len(s)] = True
+                taken[at : at + len(s)] = True
             at = neutral.find(s, at + len(s))
     return sorted(spans), neutral
 
@@ -356,11 +389,15 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
     """Render ``trajectory`` and give every character of the rendered text a role."""
     info = template_info(tokenizer)
     completion = trajectory.completion
-    pieces = {i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
-              for i, m in enumerate(completion) if m["role"] == "tool"}
+    pieces = {
+        i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
+        for i, m in enumerate(completion)
+        if m["role"] == "tool"
+    }
     contents = {i: "".join(p for _, p in pieces[i]) for i in pieces}
-    data = json.dumps([trajectory.prompt, completion, trajectory.tools, trajectory.warnings], ensure_ascii=False,
-                      default=str)
+    data = json.dumps(
+        [trajectory.prompt, completion, trajectory.tools, trajectory.warnings], ensure_ascii=False, default=str
+    )
     if pieces:
         probe = probe_format(data)
         text, probe_text, probe_at = _render_tools(tokenizer, info, trajectory, contents, probe)

@@ -24,8 +24,9 @@ def _summary(tokens: dict[str, int], episodes: int) -> dict[str, Any]:
     }
 
 
-def token_stats(tokenizer, dataset, *, max_length: int | None = None, batch_size: int = 64,
-                show_progress: bool | None = None) -> dict[str, Any]:
+def token_stats(
+    tokenizer, dataset, *, max_length: int | None = None, batch_size: int = 64, show_progress: bool | None = None
+) -> dict[str, Any]:
     """Tokens per role over ``dataset`` (rows of the ECHO schema), overall and per scenario.
 
     "Learnable" tokens are those a loss trains on: action (GRPO) and env_output (ECHO).
@@ -35,8 +36,13 @@ def token_stats(tokenizer, dataset, *, max_length: int | None = None, batch_size
     episodes: dict[str, int] = defaultdict(int)
     truncated_tokens = truncated_episodes = 0
     n = len(dataset)
-    for start in progress(range(0, n, batch_size), desc="tokenizing", unit="batch",
-                          total=(n + batch_size - 1) // batch_size, enable=show_progress):
+    for start in progress(
+        range(0, n, batch_size),
+        desc="tokenizing",
+        unit="batch",
+        total=(n + batch_size - 1) // batch_size,
+        enable=show_progress,
+    ):
         rows = dataset.select(range(start, min(start + batch_size, n)))
         results = tokenize_rows(tokenizer, list(rows), list(range(start, start + len(rows))), max_length=max_length)
         for row, rt in zip(rows, results, strict=True):
@@ -66,14 +72,21 @@ def format_stats(stats: dict[str, Any]) -> str:
         t = stats["tokens"][role]
         lines.append(f"{role:<12}{t:>12}{t / total:>9.1%}")
     ratio = stats["env_to_action_ratio"]
-    lines += ["", f"env share of learnable tokens: {stats['env_share_of_learnable']:.1%}",
-              f"env / action ratio: {ratio:.2f}" if ratio is not None else "env / action ratio: n/a (no actions)"]
+    lines += [
+        "",
+        f"env share of learnable tokens: {stats['env_share_of_learnable']:.1%}",
+        f"env / action ratio: {ratio:.2f}" if ratio is not None else "env / action ratio: n/a (no actions)",
+    ]
     if "max_length" in stats:
-        lines.append(f"truncated at max_length={stats['max_length']}: {stats['truncated_episodes']} episodes, "
-                     f"{stats['truncated_tokens']} tokens cut")
+        lines.append(
+            f"truncated at max_length={stats['max_length']}: {stats['truncated_episodes']} episodes, "
+            f"{stats['truncated_tokens']} tokens cut"
+        )
     if len(stats["by_scenario"]) > 1:
         lines += ["", f"{'scenario':<32}{'episodes':>9}{'env':>10}{'action':>9}{'env share':>11}"]
         for s, v in stats["by_scenario"].items():
-            lines.append(f"{s:<32}{v['episodes']:>9}{v['tokens']['env_output']:>10}{v['tokens']['action']:>9}"
-                         f"{v['env_share_of_learnable']:>11.1%}")
+            lines.append(
+                f"{s:<32}{v['episodes']:>9}{v['tokens']['env_output']:>10}{v['tokens']['action']:>9}"
+                f"{v['env_share_of_learnable']:>11.1%}"
+            )
     return "\n".join(lines)

@@ -28,12 +28,19 @@ import numpy as np
 
 from ..data.dataset import row_to_trajectory
 from ..errors import EchoTrlError, TemplateError
-from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from ..roles import Role, Trajectory
+from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from .world_mask import target_codes, world_mask
 
-__all__ = ["WARNING_SEPARATOR", "RoleTokens", "TruncationError", "annotate_roles", "layout", "tokenize_batch",
-           "tokenize_with_roles"]
+__all__ = [
+    "WARNING_SEPARATOR",
+    "RoleTokens",
+    "TruncationError",
+    "annotate_roles",
+    "layout",
+    "tokenize_batch",
+    "tokenize_with_roles",
+]
 
 
 class TruncationError(EchoTrlError):
@@ -70,16 +77,23 @@ class RoleTokens:
             return self
         if self.prompt_length > max_length:
             raise TruncationError(
-                f"the prompt alone has {self.prompt_length} tokens, more than max_length={max_length}")
+                f"the prompt alone has {self.prompt_length} tokens, more than max_length={max_length}"
+            )
         keep = sum(1 for _, end in self.message_token_spans if end <= max_length)  # ends increase
         cut = self.message_token_spans[keep - 1][1] if keep else self.prompt_length
         char_cut = self.message_char_ends[keep - 1] if keep else self.completion_char_start
         return RoleTokens(
-            self.input_ids[:cut], self.roles[:cut].copy(), self.prompt_length, self.world_loss_target,
+            self.input_ids[:cut],
+            self.roles[:cut].copy(),
+            self.prompt_length,
+            self.world_loss_target,
             truncated_tokens=self.truncated_tokens + len(self.input_ids) - cut,
             truncated_messages=self.truncated_messages + len(self.message_token_spans) - keep,
-            text=self.text[:char_cut], message_token_spans=self.message_token_spans[:keep],
-            message_char_ends=self.message_char_ends[:keep], completion_char_start=self.completion_char_start)
+            text=self.text[:char_cut],
+            message_token_spans=self.message_token_spans[:keep],
+            message_char_ends=self.message_char_ends[:keep],
+            completion_char_start=self.completion_char_start,
+        )
 
     def mask(self, *roles: Role) -> list[int]:
         """1 on the tokens of any of ``roles``, 0 elsewhere."""
@@ -110,8 +124,12 @@ class RoleTokens:
     def counts(self) -> dict[str, int]:
         """Tokens per message role (the template's tool-message wrapper counts as context)."""
         c = np.bincount(self.roles, minlength=len(Role))
-        return {"context": int(c[Role.CONTEXT.code] + c[Role.OBSERVATION.code]), "action": int(c[Role.ACTION.code]),
-                "env_output": int(c[Role.ENV_OUTPUT.code]), "warning": int(c[Role.WARNING.code])}
+        return {
+            "context": int(c[Role.CONTEXT.code] + c[Role.OBSERVATION.code]),
+            "action": int(c[Role.ACTION.code]),
+            "env_output": int(c[Role.ENV_OUTPUT.code]),
+            "warning": int(c[Role.WARNING.code]),
+        }
 
 
 class _Encoder:
@@ -136,8 +154,10 @@ class _Encoder:
         if not texts:
             return []
         enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-        return [(list(ids), np.asarray(offs, dtype=np.int64).reshape(-1, 2)[:, 0])
-                for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)]
+        return [
+            (list(ids), np.asarray(offs, dtype=np.int64).reshape(-1, 2)[:, 0])
+            for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+        ]
 
     def encode(self, texts: list[str], splits: list[int]) -> list[tuple[list[int], np.ndarray]]:
         """Ids and token start offsets of each text; ``splits[i]`` is a safe preamble end (0: none)."""
@@ -149,7 +169,7 @@ class _Encoder:
             if len(self.cache) >= self.max_entries:
                 self.cache.pop(next(iter(self.cache)))
             self.cache[pre] = enc
-        rests = self._raw([t[len(p):] for t, p in zip(texts, pres, strict=True)])
+        rests = self._raw([t[len(p) :] for t, p in zip(texts, pres, strict=True)])
         out = []
         for pre, (ids, starts) in zip(pres, rests, strict=True):
             if pre:
@@ -160,9 +180,11 @@ class _Encoder:
             self.verified = True
             whole = self._raw(texts[:1])[0]
             if whole[0] != out[0][0] or not np.array_equal(whole[1], out[0][1]):
-                warnings.warn("echo_trl: preamble token cache does not reproduce whole-text tokenization for "
-                              "this tokenizer; tokenizing every conversation whole (slower, still exact)",
-                              stacklevel=3)
+                warnings.warn(
+                    "echo_trl: preamble token cache does not reproduce whole-text tokenization for "
+                    "this tokenizer; tokenizing every conversation whole (slower, still exact)",
+                    stacklevel=3,
+                )
                 self.enabled = False
                 self.cache.clear()
                 return self._raw(texts)
@@ -178,10 +200,15 @@ def _encode_pieces(tokenizer, text: str, specials: list[tuple[int, int]]) -> tup
             pieces.append(text[last:a])
             bounds.append(last)
         last = b
-    enc = tokenizer(pieces, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True) \
-        if pieces else {"input_ids": [], "offset_mapping": []}
-    parts = {start: (list(ids), [off[0] + start for off in offs])
-             for start, ids, offs in zip(bounds, enc["input_ids"], enc["offset_mapping"], strict=True)}
+    enc = (
+        tokenizer(pieces, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
+        if pieces
+        else {"input_ids": [], "offset_mapping": []}
+    )
+    parts = {
+        start: (list(ids), [off[0] + start for off in offs])
+        for start, ids, offs in zip(bounds, enc["input_ids"], enc["offset_mapping"], strict=True)
+    }
     parts |= {a: ([tokenizer.convert_tokens_to_ids(text[a:b])], [a]) for a, b in specials}
     ids, starts = [], []
     for start in sorted(parts):
@@ -195,8 +222,10 @@ def _encode_with_literal_specials(tokenizer, lay: Layout) -> tuple[list[int], np
     that tokenizing between the template's special tokens reproduces the whole-text ids."""
     whole = tokenizer(lay.neutral_text, add_special_tokens=False)["input_ids"]
     if list(whole) != _encode_pieces(tokenizer, lay.neutral_text, lay.template_specials)[0]:
-        raise TemplateError("the conversation holds special-token text, and this tokenizer does not tokenize the "
-                            "text between special tokens independently, so it cannot be kept as text exactly")
+        raise TemplateError(
+            "the conversation holds special-token text, and this tokenizer does not tokenize the "
+            "text between special tokens independently, so it cannot be kept as text exactly"
+        )
     return _encode_pieces(tokenizer, lay.text, lay.template_specials)
 
 
@@ -234,16 +263,27 @@ def tokenize_batch(
     target_codes(world_loss_target)  # validate early
     layouts = [layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
     plain = [lay for lay in layouts if lay.template_specials is None]
-    encoded = dict(zip(map(id, plain), _encoder(tokenizer).encode([lay.text for lay in plain],
-                                                                  [lay.preamble_end for lay in plain]), strict=True))
+    encoded = dict(
+        zip(
+            map(id, plain),
+            _encoder(tokenizer).encode([lay.text for lay in plain], [lay.preamble_end for lay in plain]),
+            strict=True,
+        )
+    )
     for lay in layouts:
         if lay.template_specials is not None:
             encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
     return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target) for lay in layouts]
 
 
-def tokenize_rows(tokenizer, rows: list[dict[str, Any]], indices: list[int], *, max_length: int | None = None,
-                  label: Callable[[int, dict[str, Any]], str] | None = None) -> list[RoleTokens]:
+def tokenize_rows(
+    tokenizer,
+    rows: list[dict[str, Any]],
+    indices: list[int],
+    *,
+    max_length: int | None = None,
+    label: Callable[[int, dict[str, Any]], str] | None = None,
+) -> list[RoleTokens]:
     """:func:`tokenize_batch`, and on failure the same error naming the row that fails (``row N``, or
     ``label(index, row)``): found by retrying row by row, so the batched encode stays the fast path."""
     try:
@@ -263,9 +303,16 @@ def _assign(lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | N
     prompt_length = int(np.searchsorted(starts, lay.completion_start, side="left"))
     ends = [int(np.searchsorted(starts, e, side="left")) for e in lay.message_ends]
     spans = [(prompt_length if k == 0 else ends[k - 1], ends[k]) for k in range(len(ends))]
-    result = RoleTokens(ids, token_roles.astype(np.int8), prompt_length, target, text=lay.text,
-                        message_token_spans=spans, message_char_ends=list(lay.message_ends),
-                        completion_char_start=lay.completion_start)
+    result = RoleTokens(
+        ids,
+        token_roles.astype(np.int8),
+        prompt_length,
+        target,
+        text=lay.text,
+        message_token_spans=spans,
+        message_char_ends=list(lay.message_ends),
+        completion_char_start=lay.completion_start,
+    )
     return result if max_length is None else result.truncate(max_length)
 
 

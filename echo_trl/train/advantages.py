@@ -62,8 +62,11 @@ def with_advantages(ds, scale_rewards: str, name: str):
     if ADVANTAGE_COLUMN in ds.column_names:
         ds = ds.remove_columns(ADVANTAGE_COLUMN)
     if "reward" not in ds.column_names:
-        warnings.warn(f"{name} has no 'reward' column: every advantage is 0, only the world term trains",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{name} has no 'reward' column: every advantage is 0, only the world term trains",
+            UserWarning,
+            stacklevel=3,
+        )
         adv = np.zeros(len(ds))
     else:
         rewards = list(ds["reward"])
@@ -79,8 +82,9 @@ def with_advantages(ds, scale_rewards: str, name: str):
     return ds.add_column(ADVANTAGE_COLUMN, adv.tolist())
 
 
-def collated_advantages(rows: Sequence[dict], scale_rewards: str, gather,
-                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def collated_advantages(
+    rows: Sequence[dict], scale_rewards: str, gather, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, rewards)`` of one process's rows of a generation batch (offline collation).
 
     ``scale_rewards="batch"``: the stored ``reward - group mean`` divided by ``std + 1e-4``, the
@@ -97,5 +101,7 @@ def collated_advantages(rows: Sequence[dict], scale_rewards: str, gather,
         scaled = advantages.double() / (std + 1e-4)
         # A batch of equal rewards: TRL's advantages are all 0 (its group means are the batch's); centred by the
         # dataset's group means they are not, and dividing them by 1e-4 would multiply them by 10,000.
-        advantages = torch.zeros_like(advantages) if torch.isclose(std, std.new_zeros(())) else scaled.to(advantages.dtype)
+        advantages = (
+            torch.zeros_like(advantages) if torch.isclose(std, std.new_zeros(())) else scaled.to(advantages.dtype)
+        )
     return advantages, rewards

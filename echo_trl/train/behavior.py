@@ -34,13 +34,13 @@ import numpy as np
 import torch
 from datasets import Features, List, Value
 
-from . import trl_compat
-from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
 from ..errors import EchoTrlError
-from .offline import is_trajectory_dataset, prefix_groups
 from ..prefix.order import prefix_grouped_order
 from ..progress import progress
 from ..tokens.cache import cache_file_for, map_progress
+from . import trl_compat
+from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .offline import is_trajectory_dataset, prefix_groups
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +84,16 @@ def model_fingerprint(model) -> str:
 
 def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp: str) -> str:
     a = trainer.args
-    key = {"dataset": dataset._fingerprint, "model": model_fp, "temperature": trainer.temperature,
-           "collation": [settings.max_completion_length, settings.max_length, settings.world_loss_target],
-           "precision": [a.bf16, a.fp16], "sharing": [bool(a.prefix_sharing), a.prefix_sharing_min_tokens],
-           "batch": [a.per_device_train_batch_size, trainer.accelerator.num_processes], "version": VERSION}
+    key = {
+        "dataset": dataset._fingerprint,
+        "model": model_fp,
+        "temperature": trainer.temperature,
+        "collation": [settings.max_completion_length, settings.max_length, settings.world_loss_target],
+        "precision": [a.bf16, a.fp16],
+        "sharing": [bool(a.prefix_sharing), a.prefix_sharing_min_tokens],
+        "batch": [a.per_device_train_batch_size, trainer.accelerator.num_processes],
+        "version": VERSION,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -97,11 +103,12 @@ def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]
     groups, scenarios = prefix_groups(dataset)
     wanted = set(todo)
     order = [i for i in prefix_grouped_order(groups, scenarios, seed=0, epoch=0, shuffle=False) if i in wanted]
-    return [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
 
 
-def starting_logprobs(trainer, dataset, indices: list[int], settings: CollatorSettings, *,
-                      share: bool) -> dict[int, list[float]]:
+def starting_logprobs(
+    trainer, dataset, indices: list[int], settings: CollatorSettings, *, share: bool
+) -> dict[int, list[float]]:
     """The starting model's log-probs at the kept action tokens of rows ``indices`` of ``dataset``.
 
     Processes split the micro-batches round-robin and gather everyone's (all processes must call it).
@@ -111,7 +118,7 @@ def starting_logprobs(trainer, dataset, indices: list[int], settings: CollatorSe
     tokenizer = trl_compat.tokenizer(trainer)
     accelerator = trainer.accelerator
     batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)
-    mine = batches[accelerator.process_index::accelerator.num_processes]
+    mine = batches[accelerator.process_index :: accelerator.num_processes]
     model = trainer.model
     was_training = model.training
     model.eval()  # no dropout: the policy that sampled the recordings
@@ -144,15 +151,19 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
     if not todo:
         return
     if args.behavior_policy == "current":
-        logger.warning("offline ECHO: %d of %d trajectories carry no behavior_logprobs and behavior_policy='current': "
-                       "each update treats them as on-policy (importance ratio 1, as in GRPO without vLLM)",
-                       len(todo), len(dataset))
+        logger.warning(
+            "offline ECHO: %d of %d trajectories carry no behavior_logprobs and behavior_policy='current': "
+            "each update treats them as on-policy (importance ratio 1, as in GRPO without vLLM)",
+            len(todo),
+            len(dataset),
+        )
         return
     if trl_compat.weights_are_sharded(trainer):
         raise EchoTrlError(
             "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
             "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
-            "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)")
+            "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)"
+        )
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
     compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
 
@@ -169,6 +180,14 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             compute()
     with accelerator.main_process_first(), map_progress(False):  # the forward has its own bar
         trainer.train_dataset = dataset.map(
-            column, batched=True, batch_size=1000, with_indices=True, new_fingerprint=fingerprint,
-            cache_file_name=cache_file, load_from_cache_file=True, keep_in_memory=cache_file is None, features=features,
-            desc="storing starting-model log-probs")
+            column,
+            batched=True,
+            batch_size=1000,
+            with_indices=True,
+            new_fingerprint=fingerprint,
+            cache_file_name=cache_file,
+            load_from_cache_file=True,
+            keep_in_memory=cache_file is None,
+            features=features,
+            desc="storing starting-model log-probs",
+        )

@@ -7,7 +7,8 @@ are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``com
 
 * ``tool_mask`` = action tokens (TRL multiplies it into ``completion_mask`` for the policy loss,
   so only the agent's own tokens get policy gradient, exactly as in TRL's multi-turn tool loop);
-* ``env_output_mask`` / ``warning_mask`` = the ECHO roles, ``world_mask`` = :func:`echo_trl.tokens.world_mask.world_mask`;
+* ``env_output_mask`` / ``warning_mask`` = the ECHO roles,
+  ``world_mask`` = :func:`echo_trl.tokens.world_mask.world_mask`;
 * ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions, else the
   starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
   else NaN (``"current"``: the trainer fills in the policy's own, importance ratio 1).
@@ -26,11 +27,11 @@ import torch
 
 from ..data.dataset import row_to_trajectory
 from ..errors import DatasetSchemaError
-from .quality import QUALITY_KEYS, passes_filters, rollout_quality
 from ..roles import Role, Trajectory
 from ..tokens.cache import has_tokens, row_tokens
 from ..tokens.tokenization import tokenize_with_roles
 from ..tokens.world_mask import world_mask
+from .quality import QUALITY_KEYS, passes_filters, rollout_quality
 
 #: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`).
 INITIAL_LOGPS = "echo_initial_logprobs"
@@ -50,12 +51,15 @@ class CollatorSettings:
 
     @classmethod
     def from_args(cls, args, context_length: int | None = None) -> CollatorSettings:
-        return cls(world_loss_target=args.world_loss_target, max_completion_length=args.max_completion_length,
-                   max_length=context_length,
-                   max_world_model_tokens=args.max_world_model_tokens,
-                   min_valid_tool_call_pct=args.wm_filter_min_valid_tool_call_pct,
-                   min_parse_clean_pct=args.wm_filter_min_parse_clean_pct,
-                   min_correct_pct=args.wm_filter_min_correct_pct)
+        return cls(
+            world_loss_target=args.world_loss_target,
+            max_completion_length=args.max_completion_length,
+            max_length=context_length,
+            max_world_model_tokens=args.max_world_model_tokens,
+            min_valid_tool_call_pct=args.wm_filter_min_valid_tool_call_pct,
+            min_parse_clean_pct=args.wm_filter_min_parse_clean_pct,
+            min_correct_pct=args.wm_filter_min_correct_pct,
+        )
 
 
 @dataclass
@@ -94,17 +98,27 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     world = world_mask(roles, settings.world_loss_target, max_tokens=settings.max_world_model_tokens, passes=passes)
     action = roles == Role.ACTION.code
     return TrajectoryFeatures(
-        prompt_ids=list(tokens.input_ids[:p]), completion_ids=list(tokens.input_ids[p:]),
+        prompt_ids=list(tokens.input_ids[:p]),
+        completion_ids=list(tokens.input_ids[p:]),
         action_mask=action.astype(np.int64).tolist(),
         env_output_mask=(roles == Role.ENV_OUTPUT.code).astype(np.int64).tolist(),
-        warning_mask=(roles == Role.WARNING.code).astype(np.int64).tolist(), world_mask=world.astype(np.int64).tolist(),
-        behavior_logps=_behavior_logps(trajectory, action, int((full.roles == Role.ACTION.code).sum()),
-                                       row.get(INITIAL_LOGPS) if isinstance(row, dict) else None),
-        truncated_tokens=tokens.truncated_tokens, quality=quality, passes=passes)
+        warning_mask=(roles == Role.WARNING.code).astype(np.int64).tolist(),
+        world_mask=world.astype(np.int64).tolist(),
+        behavior_logps=_behavior_logps(
+            trajectory,
+            action,
+            int((full.roles == Role.ACTION.code).sum()),
+            row.get(INITIAL_LOGPS) if isinstance(row, dict) else None,
+        ),
+        truncated_tokens=tokens.truncated_tokens,
+        quality=quality,
+        passes=passes,
+    )
 
 
-def _behavior_logps(trajectory: Trajectory, action: np.ndarray, n_action_full: int,
-                    initial: list[float] | None) -> list[float] | None:
+def _behavior_logps(
+    trajectory: Trajectory, action: np.ndarray, n_action_full: int, initial: list[float] | None
+) -> list[float] | None:
     """The behaviour log-probs at the (kept) action positions, NaN elsewhere: the recorded ones (one per
     action token of the whole trajectory), else the starting model's (one per *kept* action token)."""
     if trajectory.behavior_logprobs is None:
@@ -114,7 +128,8 @@ def _behavior_logps(trajectory: Trajectory, action: np.ndarray, n_action_full: i
             raise DatasetSchemaError(
                 f"trajectory {trajectory.group_id!r}: {INITIAL_LOGPS} has {len(initial)} values for "
                 f"{int(action.sum())} kept action tokens (computed under other truncation settings); drop the "
-                "column and the trainer computes its own")
+                "column and the trainer computes its own"
+            )
         values = initial
     else:
         values = list(trajectory.behavior_logprobs)
@@ -122,7 +137,8 @@ def _behavior_logps(trajectory: Trajectory, action: np.ndarray, n_action_full: i
             raise DatasetSchemaError(
                 f"trajectory {trajectory.group_id!r}: behavior_logprobs has {len(values)} values for "
                 f"{n_action_full} action tokens under this tokenizer; record one log-prob per action token "
-                "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with")
+                "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with"
+            )
     behavior = [math.nan] * len(action)
     for pos, value in zip(np.flatnonzero(action), values, strict=False):
         behavior[int(pos)] = float(value)
@@ -136,9 +152,9 @@ def _pad(rows: list[list], value, side: str, dtype) -> torch.Tensor:
         if r:
             t = torch.tensor(r, dtype=dtype)
             if side == "left":
-                out[i, width - len(r):] = t
+                out[i, width - len(r) :] = t
             else:
-                out[i, :len(r)] = t
+                out[i, : len(r)] = t
     return out
 
 
@@ -149,15 +165,18 @@ def collate_features(features: list[TrajectoryFeatures], pad_token_id: int) -> d
     completion_ids = _pad([f.completion_ids for f in features], pad_token_id, "right", torch.long)
     completion_mask = _pad([[1] * len(f.completion_ids) for f in features], 0, "right", torch.long)
     batch = {
-        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
         "tool_mask": _pad([f.action_mask for f in features], 0, "right", torch.long),
         "env_output_mask": _pad([f.env_output_mask for f in features], 0, "right", torch.long),
         "warning_mask": _pad([f.warning_mask for f in features], 0, "right", torch.long),
         "world_mask": _pad([f.world_mask for f in features], 0, "right", torch.long),
     }
     if any(f.behavior_logps is not None for f in features):
-        rows = [f.behavior_logps if f.behavior_logps is not None else [math.nan] * len(f.completion_ids)
-                for f in features]
+        rows = [
+            f.behavior_logps if f.behavior_logps is not None else [math.nan] * len(f.completion_ids) for f in features
+        ]
         batch["old_per_token_logps"] = _pad(rows, math.nan, "right", torch.float32)
     return batch

@@ -106,8 +106,14 @@ def world_loss(
     return WorldLoss(loss=loss, numerator=numerator.detach(), count=count.detach(), local_mean=local_mean)
 
 
-def divisor_for(count_over_generation_batch: torch.Tensor, *, num_processes: int, gradient_accumulation_steps: int,
-                steps_per_generation: int, training: bool) -> torch.Tensor:
+def divisor_for(
+    count_over_generation_batch: torch.Tensor,
+    *,
+    num_processes: int,
+    gradient_accumulation_steps: int,
+    steps_per_generation: int,
+    training: bool,
+) -> torch.Tensor:
     """The divisor of one micro-batch's world loss, from the count over the gathered generation batch.
 
     Mirrors TRL's ``dapo`` normalizer: the generation batch spans ``steps_per_generation`` micro-batches
@@ -120,9 +126,16 @@ def divisor_for(count_over_generation_batch: torch.Tensor, *, num_processes: int
     return divisor
 
 
-def world_coeff_at(step: int, *, coeff: float, schedule: str = "constant", end: float = 0.0,
-                   steps: list[int] | None = None, values: list[float] | None = None,
-                   max_steps: int | None = None) -> float:
+def world_coeff_at(
+    step: int,
+    *,
+    coeff: float,
+    schedule: str = "constant",
+    end: float = 0.0,
+    steps: list[int] | None = None,
+    values: list[float] | None = None,
+    max_steps: int | None = None,
+) -> float:
     """Lambda at optimizer step ``step`` (0-based) under the configured schedule."""
     if schedule == "constant":
         return float(coeff)

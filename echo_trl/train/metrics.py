@@ -13,16 +13,25 @@ import torch
 Gather = Callable[[torch.Tensor], torch.Tensor]
 
 
-def log_offline_batch(m: dict[str, list[float]], rewards: torch.Tensor, advantages: torch.Tensor,
-                      completion_mask: torch.Tensor, features, gather: Gather) -> None:
+def log_offline_batch(
+    m: dict[str, list[float]],
+    rewards: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    features,
+    gather: Gather,
+) -> None:
     """Reward / length metrics as TRL logs them for generated batches, plus the world-term filters and cuts."""
     all_rewards = gather(rewards)
     m["reward"].append(all_rewards.mean().item())
     m["reward_std"].append(all_rewards.std().item() if all_rewards.numel() > 1 else 0.0)
     m["frac_reward_zero_std"].append(gather((advantages == 0).float()).mean().item())
     m["completions/mean_length"].append(gather(completion_mask.sum(1).float()).mean().item())
-    stats = torch.tensor([[sum(not f.passes for f in features), sum(f.truncated_tokens for f in features),
-                           len(features)]], dtype=torch.float32, device=rewards.device)
+    stats = torch.tensor(
+        [[sum(not f.passes for f in features), sum(f.truncated_tokens for f in features), len(features)]],
+        dtype=torch.float32,
+        device=rewards.device,
+    )
     filtered, truncated, n = gather(stats).sum(0).tolist()
     m["world/filtered_rollouts"].append(filtered)
     m["world/filtered_frac"].append(filtered / max(n, 1.0))
@@ -33,11 +42,13 @@ def log_online_batch(m: dict[str, list[float]], passes: torch.Tensor, align_fail
     """Rollouts the filters kept out of the world term, and those whose env output could not be located."""
     m["world/filtered_rollouts"].append(gather((~passes).sum().float()).sum().item())
     m["world/online_align_failures"].append(
-        gather(torch.tensor(float(align_failures), device=passes.device)).sum().item())
+        gather(torch.tensor(float(align_failures), device=passes.device)).sum().item()
+    )
 
 
-def log_world_term(m: dict[str, list[float]], totals: list[float], coeff: float, held_out: dict[str, float] | None
-                   ) -> None:
+def log_world_term(
+    m: dict[str, list[float]], totals: list[float], coeff: float, held_out: dict[str, float] | None
+) -> None:
     """World-term metrics of one micro-batch from its all-reduced ``totals``: env sum, env count, warning
     sum, warning count, world-loss numerator, world-loss count, action tokens. ``held_out`` (evaluation):
     the CE over the whole evaluation so far, replacing the per-batch CE."""

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 from datasets import Dataset, IterableDataset
 
-from . import trl_compat
-from .advantages import ADVANTAGE_COLUMN, with_advantages
-from .collator import INITIAL_LOGPS
 from ..config import TRL_MAX_COMPLETION_LENGTH
 from ..errors import EchoTrlError
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
+from . import trl_compat
+from .advantages import ADVANTAGE_COLUMN, with_advantages
+from .collator import INITIAL_LOGPS
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
-TRAJECTORY_COLUMNS = ["prompt", "completion", "tools", "warnings", "reward", "group_id", "scenario", "task_idx",
-                      "behavior_logprobs", ADVANTAGE_COLUMN, "valid_tool_call_pct", "parse_clean_pct",
-                      "correct_pct", INITIAL_LOGPS, *TOKEN_COLUMNS]
+TRAJECTORY_COLUMNS = [
+    "prompt",
+    "completion",
+    "tools",
+    "warnings",
+    "reward",
+    "group_id",
+    "scenario",
+    "task_idx",
+    "behavior_logprobs",
+    ADVANTAGE_COLUMN,
+    "valid_tool_call_pct",
+    "parse_clean_pct",
+    "correct_pct",
+    INITIAL_LOGPS,
+    *TOKEN_COLUMNS,
+]
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -48,28 +62,40 @@ def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
     if offline and online:
         raise EchoTrlError(
             "train_dataset holds recorded trajectories (a 'completion' column) but tools / rollout_func / "
-            "environment_factory were also given: train offline on the recordings, or online with a prompt dataset")
+            "environment_factory were also given: train offline on the recordings, or online with a prompt dataset"
+        )
     if offline and isinstance(train_dataset, IterableDataset):
-        raise EchoTrlError("offline ECHO needs a map-style Dataset (advantages are grouped over the whole "
-                           "dataset by group_id); load it without streaming")
+        raise EchoTrlError(
+            "offline ECHO needs a map-style Dataset (advantages are grouped over the whole "
+            "dataset by group_id); load it without streaming"
+        )
     if offline and args.use_vllm:
-        raise EchoTrlError("use_vllm generates completions; offline mode trains on recorded trajectories and "
-                           "never generates: set use_vllm=False")
+        raise EchoTrlError(
+            "use_vllm generates completions; offline mode trains on recorded trajectories and "
+            "never generates: set use_vllm=False"
+        )
     if offline and args.multi_objective_aggregation != "sum_then_normalize":
-        raise EchoTrlError("offline mode has one recorded reward per trajectory; "
-                           "multi_objective_aggregation must be 'sum_then_normalize'")
+        raise EchoTrlError(
+            "offline mode has one recorded reward per trajectory; "
+            "multi_objective_aggregation must be 'sum_then_normalize'"
+        )
     if offline and len(train_dataset) < args.generation_batch_size:
         raise EchoTrlError(
             f"train_dataset has {len(train_dataset)} trajectories, fewer than one generation batch "
-            f"({args.generation_batch_size} = per_device_train_batch_size x processes x steps_per_generation)")
+            f"({args.generation_batch_size} = per_device_train_batch_size x processes x steps_per_generation)"
+        )
     if args.max_completion_length is None and not offline:
         args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound
     if args.max_completion_length is None and args.loss_type == "dr_grpo":
-        raise EchoTrlError("loss_type='dr_grpo' divides by max_completion_length: set it (offline it is unset by "
-                           "default, keeping each recorded completion whole)")
+        raise EchoTrlError(
+            "loss_type='dr_grpo' divides by max_completion_length: set it (offline it is unset by "
+            "default, keeping each recorded completion whole)"
+        )
     if args.use_liger_kernel and (args.liger_kernel_config or {}).get("fused_linear_cross_entropy"):
-        raise EchoTrlError("Liger's fused linear cross-entropy replaces the forward and bypasses the per-token "
-                           "log-probs the world term reuses; it is not supported")
+        raise EchoTrlError(
+            "Liger's fused linear cross-entropy replaces the forward and bypasses the per-token "
+            "log-probs the world term reuses; it is not supported"
+        )
 
 
 def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
@@ -86,9 +112,10 @@ def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
 
 
 def with_tokens(dataset, tokenizer):
-    """Trajectories (or a dict of them) with their cached token columns (:func:`echo_trl.tokens.cache.tokenize_dataset`,
-    once per dataset and tokenizer), so no training or evaluation step renders a chat template; anything else,
-    and streaming datasets (tokenized per step), as is."""
+    """Trajectories (or a dict of them) with their cached token columns
+    (:func:`echo_trl.tokens.cache.tokenize_dataset`, once per dataset and tokenizer),
+    so no training or evaluation step renders a chat template; anything else, and streaming datasets
+    (tokenized per step), as is."""
     if isinstance(dataset, dict):
         return {k: with_tokens(v, tokenizer) for k, v in dataset.items()}
     if not isinstance(dataset, Dataset) or not is_trajectory_dataset(dataset):
@@ -123,14 +150,21 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
         trl_compat.enable_prefix_sharing(trainer)
 
 
-def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> trl_compat.ResumableRepeatSampler:
+def train_sampler(
+    dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool
+) -> trl_compat.ResumableRepeatSampler:
     """Each trajectory once per epoch (no ``num_generations`` repeats: groups come from ``group_id``); the repeat
     over ``steps_per_generation x num_iterations`` is TRL's buffering of one generation batch. ``grouped``: the
     epoch order keeps a group's (and a scenario's) rows together, for prefix sharing."""
     return trl_compat.ResumableRepeatSampler(
-        data_source=dataset, mini_repeat_count=1, batch_size=args.generation_batch_size,
-        repeat_count=num_iterations * args.steps_per_generation, shuffle=shuffle, seed=args.seed,
-        groups=prefix_groups(dataset) if grouped else None)
+        data_source=dataset,
+        mini_repeat_count=1,
+        batch_size=args.generation_batch_size,
+        repeat_count=num_iterations * args.steps_per_generation,
+        shuffle=shuffle,
+        seed=args.seed,
+        groups=prefix_groups(dataset) if grouped else None,
+    )
 
 
 def check_completion_room(dataset, limit: int | None, name: str) -> None:
@@ -145,10 +179,13 @@ def check_completion_room(dataset, limit: int | None, name: str) -> None:
         return
     if limit < 1:
         raise EchoTrlError(f"--max_completion_length {limit}: expected a positive number of tokens")
-    firsts = [ends[0] - p if ends else 0 for p, ends in zip(dataset[PROMPT_LENGTH], dataset[MESSAGE_ENDS], strict=True)]
+    firsts = [
+        ends[0] - p if ends else 0 for p, ends in zip(dataset[PROMPT_LENGTH], dataset[MESSAGE_ENDS], strict=True)
+    ]
     empty = [n for n in firsts if n > limit]
     if empty:
         raise EchoTrlError(
             f"--max_completion_length {limit} keeps no completion token of {len(empty)} of {len(firsts)} trajectories "
             f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
-            f"{max(empty)} tokens): use at least {max(firsts)}")
+            f"{max(empty)} tokens): use at least {max(firsts)}"
+        )

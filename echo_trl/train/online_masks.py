@@ -3,7 +3,8 @@
 TRL's tool loop marks the tokens it appended after each tool call with ``tool_mask == 0``; those
 spans hold the tool output *content* but also role headers, ``<tool_response>`` tags and the next
 generation prompt, which are not environment output. :func:`tool_span_roles` locates the content
-inside each span, and the generation prompt (context, as offline: no world target includes it); :func:`online_masks` turns everything into per-token role codes and calls the same
+inside each span, and the generation prompt (context, as offline: no world target includes it);
+:func:`online_masks` turns everything into per-token role codes and calls the same
 :func:`echo_trl.tokens.world_mask.world_mask` as offline collation. Pure: a tokenizer, Python and torch values.
 """
 
@@ -17,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..tokens.layout import probe_format
-from .quality import passes_filters, rollout_quality
 from ..roles import Role
+from ..tokens.layout import probe_format
 from ..tokens.world_mask import world_mask
+from .quality import passes_filters, rollout_quality
 
 
 @dataclass
@@ -79,8 +80,10 @@ def token_char_starts(tokenizer, ids: Sequence[int]) -> tuple[str, list[int]]:
             return text, [int(a) for a, _ in enc["offset_mapping"]]
     except (NotImplementedError, ValueError, TypeError):  # slow tokenizers have no offsets
         pass
-    starts = [len(tokenizer.decode(ids[:k], skip_special_tokens=False, clean_up_tokenization_spaces=False))
-              for k in range(len(ids))]
+    starts = [
+        len(tokenizer.decode(ids[:k], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        for k in range(len(ids))
+    ]
     return text, starts
 
 
@@ -133,7 +136,7 @@ def tool_span_roles(
     A token's role is the role of its first character (as in ``tokenize_with_roles``).
     Returns ``None`` when a span cannot be aligned (the caller counts it and trains nothing there).
     """
-    roles = [Role.ACTION.code if v else Role.OBSERVATION.code for v in tool_mask][:len(completion_ids)]
+    roles = [Role.ACTION.code if v else Role.OBSERVATION.code for v in tool_mask][: len(completion_ids)]
     spans = zero_spans(tool_mask)
     groups = tool_message_groups(completion_messages)
     if len(spans) != len(groups):
@@ -161,16 +164,28 @@ def tool_span_roles(
     return roles
 
 
-def tool_content_mask(tokenizer, completion_ids: Sequence[int], tool_mask: Sequence[int],
-                      completion_messages: Sequence[dict[str, Any]], render_suffix: Callable[..., str]) -> list[int] | None:
+def tool_content_mask(
+    tokenizer,
+    completion_ids: Sequence[int],
+    tool_mask: Sequence[int],
+    completion_messages: Sequence[dict[str, Any]],
+    render_suffix: Callable[..., str],
+) -> list[int] | None:
     """1 on the tokens of tool-output content inside the ``tool_mask == 0`` spans (see :func:`tool_span_roles`)."""
     roles = tool_span_roles(tokenizer, completion_ids, tool_mask, completion_messages, render_suffix)
     return None if roles is None else [int(r == Role.ENV_OUTPUT.code) for r in roles]
 
 
-def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tensor, tool_mask: torch.Tensor | None, *,
-                 tokenizer, tools: Sequence[Any] | None, settings,
-                 render_suffix: Callable[..., str]) -> OnlineMasks:
+def online_masks(
+    rollouts: GeneratedRollouts | None,
+    completion_mask: torch.Tensor,
+    tool_mask: torch.Tensor | None,
+    *,
+    tokenizer,
+    tools: Sequence[Any] | None,
+    settings,
+    render_suffix: Callable[..., str],
+) -> OnlineMasks:
     """Env-output / warning / world masks of a generated batch (padded like ``completion_mask``).
 
     Env output per completion, in order of preference: the ``env_output_mask`` a rollout_func returned
@@ -192,18 +207,18 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
             if "env_output_mask" in extra:
                 row_env = list(extra["env_output_mask"][i])
                 if "warning_mask" in extra:
-                    warn[i, :len(ids)] = list(extra["warning_mask"][i])[:len(ids)]
+                    warn[i, : len(ids)] = list(extra["warning_mask"][i])[: len(ids)]
             elif tools and masks is not None and isinstance(messages, list):
                 span_roles = tool_span_roles(tokenizer, ids, masks[i], messages, render_suffix)
                 failures += span_roles is None
                 if span_roles is not None:
                     row_env = [int(r == Role.ENV_OUTPUT.code) for r in span_roles]
-                    prompt[i, :len(span_roles)] = np.asarray(span_roles[:len(ids)]) == Role.CONTEXT.code
+                    prompt[i, : len(span_roles)] = np.asarray(span_roles[: len(ids)]) == Role.CONTEXT.code
             elif masks is not None:
                 fallback = True
                 row_env = [1 - int(v) for v in masks[i]]
             if row_env is not None:
-                env[i, :len(ids)] = row_env[:len(ids)]
+                env[i, : len(ids)] = row_env[: len(ids)]
             if isinstance(messages, list):
                 passes[i] = passes_filters(rollout_quality(messages, tools or []), settings)
     completion = completion_mask.cpu().numpy().astype(bool)
@@ -223,5 +238,6 @@ def online_masks(rollouts: GeneratedRollouts | None, completion_mask: torch.Tens
     def tensor(a):
         return torch.as_tensor(a, dtype=torch.long, device=device)
 
-    return OnlineMasks(tensor(env), tensor(warn), tensor(world), torch.as_tensor(passes, device=device), failures,
-                       fallback)
+    return OnlineMasks(
+        tensor(env), tensor(warn), tensor(world), torch.as_tensor(passes, device=device), failures, fallback
+    )

@@ -18,7 +18,8 @@ FP16_WARNING = (
     "log-probs (GRPO's and the world CE's) into inf/NaN, and ECHO stops with an error when the world term does. "
     "Prefer bf16 where the hardware has it (bf16=True, or load the model with dtype=torch.bfloat16): the same "
     "memory as fp16 with float32's range. Keeping fp16, cast_lm_head_to_fp32=True at least computes the logits "
-    "in float32.")
+    "in float32."
+)
 
 
 def uses_fp16(model, accelerator) -> bool:
@@ -46,10 +47,14 @@ def check_world_finite(value: float, step: int, policy_loss: torch.Tensor | None
     """
     if math.isfinite(value):
         return
-    policy = ("" if policy_loss is None else
-              "; the GRPO term is " + ("finite" if torch.isfinite(policy_loss).item() else "non-finite too"))
+    policy = (
+        ""
+        if policy_loss is None
+        else "; the GRPO term is " + ("finite" if torch.isfinite(policy_loss).item() else "non-finite too")
+    )
     raise EchoTrlError(
         f"optimizer step {step}: the world-model cross-entropy on environment-output tokens is {value} "
         f"(non-finite per-token log-probs from the forward){policy}. Stopped before the update would make the "
         "weights NaN. This is usually an fp16 overflow: train in bf16 (bf16=True, or load the model with "
-        "dtype=torch.bfloat16) or float32.")
+        "dtype=torch.bfloat16) or float32."
+    )

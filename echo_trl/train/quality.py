@@ -41,8 +41,9 @@ def is_error_output(text: Any) -> bool:
     return False
 
 
-def rollout_quality(messages: Sequence[dict[str, Any]], tools: Sequence[Any] = (),
-                    warnings: Sequence[Sequence[str]] | None = None) -> dict[str, float]:
+def rollout_quality(
+    messages: Sequence[dict[str, Any]], tools: Sequence[Any] = (), warnings: Sequence[Sequence[str]] | None = None
+) -> dict[str, float]:
     """Percentages (0-100) of valid tool calls, cleanly parsed turns and non-error tool results.
 
     * ``valid_tool_call_pct``: assistant turns with a tool call whose every name is among ``tools``
@@ -75,8 +76,11 @@ def rollout_quality(messages: Sequence[dict[str, Any]], tools: Sequence[Any] = (
             results += 1
             ok += not is_error_output(m.get("content"))
     pct = lambda a, b: 100.0 * a / b if b else 100.0  # noqa: E731
-    return {"valid_tool_call_pct": pct(valid, turns), "parse_clean_pct": pct(clean, turns),
-            "correct_pct": pct(ok, results)}
+    return {
+        "valid_tool_call_pct": pct(valid, turns),
+        "parse_clean_pct": pct(clean, turns),
+        "correct_pct": pct(ok, results),
+    }
 
 
 def _tool_name(tool: Any) -> str | None:
@@ -97,6 +101,8 @@ def passes_filters(quality: dict[str, float], settings) -> bool:
     ``settings`` has ``min_valid_tool_call_pct``, ``min_parse_clean_pct`` and ``min_correct_pct``
     (:class:`echo_trl.train.collator.CollatorSettings`).
     """
-    return (quality["valid_tool_call_pct"] >= settings.min_valid_tool_call_pct
-            and quality["parse_clean_pct"] >= settings.min_parse_clean_pct
-            and quality["correct_pct"] >= settings.min_correct_pct)
+    return (
+        quality["valid_tool_call_pct"] >= settings.min_valid_tool_call_pct
+        and quality["parse_clean_pct"] >= settings.min_parse_clean_pct
+        and quality["correct_pct"] >= settings.min_correct_pct
+    )

@@ -39,21 +39,36 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from trl.trainer.utils import RepeatSampler
 
-from .online_masks import GeneratedRollouts
-from ..prefix.order import prefix_grouped_order, repeat_like_trl
 from ..prefix.attention import enable_prefix_tree_attention, shared_logps
+from ..prefix.order import prefix_grouped_order, repeat_like_trl
+from .online_masks import GeneratedRollouts
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
 
 #: Multimodal inputs TRL 1.16's ``_compute_loss`` forwards to ``_get_per_token_logps_and_entropies``.
-FORWARD_KWARGS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                  "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+FORWARD_KWARGS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 # Config attributes with which TRL's fused head rescales logits before the softmax; the second LM-head
 # projection below does not reproduce them, so it refuses such models.
-_LOGIT_RESCALING_ATTRS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
-                          "logits_scaling")
+_LOGIT_RESCALING_ATTRS = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
 
 
 def causal_lm(trainer_or_model):
@@ -83,13 +98,21 @@ def render_tool_suffix(trainer, tool_messages: list[dict], add_generation_prompt
     """
     dummy = [
         {"role": "user", "content": "dummy"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"type": "function", "function": {"name": tool_messages[0].get("name", "tool"),
-                                                          "arguments": {}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": tool_messages[0].get("name", "tool"), "arguments": {}}}
+            ],
+        },
     ]
     return trainer.processing_class.apply_chat_template(
-        dummy + tool_messages, add_generation_prompt=add_generation_prompt, tokenize=False,
-        chat_template=trainer.chat_template, **trainer.chat_template_kwargs)
+        dummy + tool_messages,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+        chat_template=trainer.chat_template,
+        **trainer.chat_template_kwargs,
+    )
 
 
 def check_reprojection_supported(model, why: str, fix: str) -> None:
@@ -99,8 +122,10 @@ def check_reprojection_supported(model, why: str, fix: str) -> None:
     if found:
         from ..errors import EchoTrlError
 
-        raise EchoTrlError(f"{why}, which re-projects hidden states through the LM head, but this model rescales "
-                           f"its logits ({', '.join(found)}); {fix}")
+        raise EchoTrlError(
+            f"{why}, which re-projects hidden states through the LM head, but this model rescales "
+            f"its logits ({', '.join(found)}); {fix}"
+        )
 
 
 @contextmanager
@@ -122,8 +147,9 @@ def capture_hidden_states(model):
         handle.remove()
 
 
-def logps_at_temperature(model, hidden: torch.Tensor, labels: torch.Tensor, temperature: float,
-                         chunk_size: int = 1024) -> torch.Tensor:
+def logps_at_temperature(
+    model, hidden: torch.Tensor, labels: torch.Tensor, temperature: float, chunk_size: int = 1024
+) -> torch.Tensor:
     """``log_softmax(lm_head(hidden) / temperature)[label]`` for rows of ``hidden`` (N, H), labels (N,).
 
     Chunked and checkpointed, so at most ``chunk_size`` x vocab logits live at once (also in backward).
@@ -138,7 +164,7 @@ def logps_at_temperature(model, hidden: torch.Tensor, labels: torch.Tensor, temp
         return hidden.sum(-1).float()  # empty, still connected
     out = []
     for start in range(0, hidden.size(0), chunk_size):
-        h, y = hidden[start:start + chunk_size], labels[start:start + chunk_size]
+        h, y = hidden[start : start + chunk_size], labels[start : start + chunk_size]
         out.append(checkpoint(score, h, y, use_reentrant=False) if torch.is_grad_enabled() else score(h, y))
     return torch.cat(out)
 
@@ -178,8 +204,9 @@ def generated_rollouts(result: tuple) -> GeneratedRollouts:
 
 def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=None) -> torch.Tensor:
     """Per-token log-probs of ``model`` as TRL's forward computes them (at TRL's ``temperature``)."""
-    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                             batch_size=batch_size)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size
+    )
     return logps
 
 
@@ -190,14 +217,17 @@ def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> tor
     from trl import GRPOTrainer
 
     model, args = trainer.model, trainer.args
-    input_ids, attention_mask, logits_to_keep = (t.to(trainer.accelerator.device) if torch.is_tensor(t) else t
-                                                 for t in forward_inputs(batch))
+    input_ids, attention_mask, logits_to_keep = (
+        t.to(trainer.accelerator.device) if torch.is_tensor(t) else t for t in forward_inputs(batch)
+    )
     with torch.no_grad(), trainer.accelerator.autocast():
         if share:
-            return shared_logps(model, input_ids, attention_mask, logits_to_keep,
-                                min_shared_tokens=args.prefix_sharing_min_tokens).logps
-        return GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, input_ids, attention_mask,
-                                                              logits_to_keep, batch_size=input_ids.size(0))[0]
+            return shared_logps(
+                model, input_ids, attention_mask, logits_to_keep, min_shared_tokens=args.prefix_sharing_min_tokens
+            ).logps
+        return GRPOTrainer._get_per_token_logps_and_entropies(
+            trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=input_ids.size(0)
+        )[0]
 
 
 def weights_are_sharded(trainer) -> bool:
@@ -268,19 +298,35 @@ def enable_prefix_sharing(trainer) -> None:
         enable_prefix_tree_attention(trainer.ref_model)
 
 
-def shared_forward(trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-                   compute_aux_loss=False, **multimodal) -> tuple | None:
+def shared_forward(
+    trainer,
+    model,
+    input_ids,
+    attention_mask,
+    logits_to_keep,
+    batch_size=None,
+    compute_entropy=False,
+    compute_aux_loss=False,
+    **multimodal,
+) -> tuple | None:
     """TRL 1.16's ``_get_per_token_logps_and_entropies`` result ``(logps, entropies, None)`` from one shared-prefix
     forward of the whole micro-batch (TRL's ``batch_size`` chunking is not needed: shared rows cost less), or
     ``None`` where it does not apply (MoE aux loss, multimodal inputs, captured hidden states): TRL's forward then."""
     if compute_aux_loss or _NO_SHARING.get() or any(v is not None for v in multimodal.values()):
         return None
     with trainer.accelerator.autocast():
-        r = shared_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy=compute_entropy,
-                         min_shared_tokens=trainer.args.prefix_sharing_min_tokens)
+        r = shared_logps(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_entropy=compute_entropy,
+            min_shared_tokens=trainer.args.prefix_sharing_min_tokens,
+        )
     if r.total_tokens:
         metrics(trainer, "train" if trainer.model.training else "eval")["prefix/forwarded_fraction"].append(
-            r.forwarded_tokens / r.total_tokens)
+            r.forwarded_tokens / r.total_tokens
+        )
     return r.logps, r.entropies, None
 
 
@@ -312,8 +358,9 @@ def forward_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, i
 
 def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
     """The forward TRL's ``_compute_loss`` would run, without its loss (verifier-free ECHO: no policy term)."""
-    trainer._get_per_token_logps_and_entropies(model, *forward_inputs(inputs),
-                                               **{k: inputs.get(k) for k in FORWARD_KWARGS})
+    trainer._get_per_token_logps_and_entropies(
+        model, *forward_inputs(inputs), **{k: inputs.get(k) for k in FORWARD_KWARGS}
+    )
 
 
 def reference_logps(trainer, input_ids, attention_mask, logits_to_keep, batch_size):
@@ -339,8 +386,9 @@ def add_sampling_logps(trainer, batch: dict[str, Any], batch_size: int) -> None:
             current = policy_logps(trainer, trainer.model, input_ids, attention_mask, logits_to_keep, batch_size)
             batch["old_per_token_logps"] = current if old is None else torch.where(torch.isnan(old), current, old)
         if trainer.beta != 0.0 and trainer.args.use_policy_loss:
-            batch["ref_per_token_logps"] = reference_logps(trainer, input_ids, attention_mask, logits_to_keep,
-                                                           batch_size)
+            batch["ref_per_token_logps"] = reference_logps(
+                trainer, input_ids, attention_mask, logits_to_keep, batch_size
+            )
 
 
 def needs_old_logps(trainer) -> bool:
@@ -348,7 +396,8 @@ def needs_old_logps(trainer) -> bool:
     steps misaligned, or vLLM importance sampling)."""
     generate_every = trainer.args.steps_per_generation * trainer.num_iterations
     return trainer.args.gradient_accumulation_steps % generate_every != 0 or (
-        trainer.use_vllm and trainer.vllm_importance_sampling_correction)
+        trainer.use_vllm and trainer.vllm_importance_sampling_correction
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,8 +418,14 @@ def save_generation_buffer(trainer, output_dir: str) -> None:
     the micro-step counter, and the buffered batch itself when the checkpoint falls inside a buffer (at a
     boundary TRL regenerates anyway)."""
     mid_buffer = trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations) != 0
-    torch.save({"step": trainer._step, "buffered_inputs": trainer._buffered_inputs if mid_buffer else None,
-                "num_processes": trainer.accelerator.num_processes}, _generation_buffer_file(trainer, output_dir))
+    torch.save(
+        {
+            "step": trainer._step,
+            "buffered_inputs": trainer._buffered_inputs if mid_buffer else None,
+            "num_processes": trainer.accelerator.num_processes,
+        },
+        _generation_buffer_file(trainer, output_dir),
+    )
 
 
 def load_generation_buffer(trainer, checkpoint: str | None) -> None:
@@ -408,9 +463,14 @@ class ResumableRepeatSampler(RepeatSampler):
         """The resumable version of TRL's ``RepeatSampler`` ``sampler`` (same settings); anything else as is."""
         if type(sampler) is not RepeatSampler:
             return sampler
-        return cls(data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-                   batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
-                   seed=sampler.seed)
+        return cls(
+            data_source=sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
 
     def set_epoch(self, epoch: int) -> None:  # accelerate's DataLoaderShard calls it before every epoch
         self.epoch = epoch
@@ -418,8 +478,9 @@ class ResumableRepeatSampler(RepeatSampler):
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1  # without set_epoch: consecutive epochs, as TRL's
         if self.groups is not None:
-            order = prefix_grouped_order(self.groups[0], self.groups[1], seed=self.seed or 0, epoch=epoch,
-                                         shuffle=self.shuffle)
+            order = prefix_grouped_order(
+                self.groups[0], self.groups[1], seed=self.seed or 0, epoch=epoch, shuffle=self.shuffle
+            )
             return repeat_like_trl(order, self.batch_size, self.repeat_count, self.mini_repeat_count)
         if self.shuffle and self.seed is not None:
             self.generator.manual_seed(self.seed)

@@ -14,16 +14,22 @@ from typing import Any
 
 import torch
 
-from .loss import masked_nll
 from ..progress import progress
 from ..roles import Role
 from ..tokens.tokenization import tokenize_with_roles
+from .loss import masked_nll
 
 
 @torch.no_grad()
-def trajectory_env_nll(model, tokenizer, row: dict[str, Any], *, max_length: int | None = None,
-                       max_completion_length: int | None = None,
-                       device: torch.device | str | None = None) -> dict[str, float]:
+def trajectory_env_nll(
+    model,
+    tokenizer,
+    row: dict[str, Any],
+    *,
+    max_length: int | None = None,
+    max_completion_length: int | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, float]:
     """Summed negative log-likelihood and count of one trajectory's env-output (and warning) tokens.
 
     ``max_length`` cuts the whole trajectory, ``max_completion_length`` its completion, as the trainer
@@ -54,9 +60,15 @@ def trajectory_env_nll(model, tokenizer, row: dict[str, Any], *, max_length: int
     return out
 
 
-def evaluate_world_model(model, tokenizer, rows: Iterable[dict[str, Any]], *, max_length: int | None = None,
-                         max_completion_length: int | None = None,
-                         show_progress: bool | None = None) -> dict[str, Any]:
+def evaluate_world_model(
+    model,
+    tokenizer,
+    rows: Iterable[dict[str, Any]],
+    *,
+    max_length: int | None = None,
+    max_completion_length: int | None = None,
+    show_progress: bool | None = None,
+) -> dict[str, Any]:
     """Token-weighted held-out env CE over ``rows`` (trajectory rows), overall and per scenario.
 
     Returns ``{"ce_env", "tokens_env", "by_scenario": {scenario: {"ce_env", "tokens_env", "trajectories"}},
@@ -70,8 +82,9 @@ def evaluate_world_model(model, tokenizer, rows: Iterable[dict[str, Any]], *, ma
     try:
         rows = list(rows)
         for row in progress(rows, desc="eval env CE", unit="traj", enable=show_progress):
-            r = trajectory_env_nll(model, tokenizer, row, max_length=max_length,
-                                   max_completion_length=max_completion_length)
+            r = trajectory_env_nll(
+                model, tokenizer, row, max_length=max_length, max_completion_length=max_completion_length
+            )
             for k in totals:
                 totals[k] += r[k]
             s = scen[row.get("scenario") or ""]
@@ -85,8 +98,14 @@ def evaluate_world_model(model, tokenizer, rows: Iterable[dict[str, Any]], *, ma
     return {
         "ce_env": ce(totals["env_nll"], totals["env_tokens"]),
         "tokens_env": totals["env_tokens"],
-        "by_scenario": {name: {"ce_env": ce(v["env_nll"], v["env_tokens"]), "tokens_env": int(v["env_tokens"]),
-                               "trajectories": int(v["trajectories"])} for name, v in sorted(scen.items())},
+        "by_scenario": {
+            name: {
+                "ce_env": ce(v["env_nll"], v["env_tokens"]),
+                "tokens_env": int(v["env_tokens"]),
+                "trajectories": int(v["trajectories"]),
+            }
+            for name, v in sorted(scen.items())
+        },
         "trajectories": n,
         "ce_warning": ce(totals["warning_nll"], totals["warning_tokens"]),
         "tokens_warning": totals["warning_tokens"],
@@ -110,15 +129,29 @@ class HeldOutTotals:
         self.totals.zero_()
         self.seen.clear()
 
-    def add(self, index: torch.Tensor | None, logps: torch.Tensor, env_mask: torch.Tensor, warn_mask: torch.Tensor,
-            batch_totals: list[float], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def add(
+        self,
+        index: torch.Tensor | None,
+        logps: torch.Tensor,
+        env_mask: torch.Tensor,
+        warn_mask: torch.Tensor,
+        batch_totals: list[float],
+        gather: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
         """Add one micro-batch; ``batch_totals`` are its all-reduced sums, ``gather`` accelerate's."""
         if index is None:
             self.totals += torch.tensor(batch_totals, dtype=torch.float64)
             return
         logps = logps.detach()
-        sums = torch.stack([masked_nll(logps, env_mask).sum(1), env_mask.sum(1).float(),
-                            masked_nll(logps, warn_mask).sum(1), warn_mask.sum(1).float()], 1)
+        sums = torch.stack(
+            [
+                masked_nll(logps, env_mask).sum(1),
+                env_mask.sum(1).float(),
+                masked_nll(logps, warn_mask).sum(1),
+                warn_mask.sum(1).float(),
+            ],
+            1,
+        )
         for i, row in zip(gather(index).tolist(), gather(sums).tolist(), strict=True):
             if i not in self.seen:
                 self.seen.add(i)

@@ -29,7 +29,8 @@ FILES: dict[str, str] = {
         "- ship the billing fix before Friday\n"
         "- Priya owns the release checklist\n"
         "- ask Marcus about the backup schedule\n"
-        "- next meeting: Tuesday 10:00\n"),
+        "- next meeting: Tuesday 10:00\n"
+    ),
     "/home/user/todo.md": (
         "# TODO\n"
         "1. renew TLS certificate\n"
@@ -37,7 +38,8 @@ FILES: dict[str, str] = {
         "3. update README with install steps\n"
         "4. archive old logs\n"
         "5. review pull request 42\n"
-        "6. renew domain name\n"),
+        "6. renew domain name\n"
+    ),
     "/home/user/.bashrc": "export PATH=$HOME/bin:$PATH\nalias ll='ls -l'\n",
     "/home/user/projects/app/main.py": (
         "import sys\n"
@@ -51,14 +53,16 @@ FILES: dict[str, str] = {
         "    return 0\n"
         "\n"
         "\n"
-        "if __name__ == \"__main__\":\n"
-        "    sys.exit(main(sys.argv))\n"),
+        'if __name__ == "__main__":\n'
+        "    sys.exit(main(sys.argv))\n"
+    ),
     "/home/user/projects/app/config.yaml": "name: inventory\nport: 8080\ndebug: false\nworkers: 4\n",
     "/home/user/projects/app/README.md": (
         "# inventory\n"
         "A small inventory service.\n"
         "Run it with: python main.py config.yaml\n"
-        "Port and workers are set in config.yaml.\n"),
+        "Port and workers are set in config.yaml.\n"
+    ),
     "/data/sales.csv": (
         "date,region,product,units,revenue\n"
         "2025-03-01,north,widget,12,144.00\n"
@@ -68,14 +72,16 @@ FILES: dict[str, str] = {
         "2025-03-03,south,widget,9,108.00\n"
         "2025-03-03,west,gizmo,3,297.00\n"
         "2025-03-04,east,gizmo,4,396.00\n"
-        "2025-03-04,north,widget,15,180.00\n"),
+        "2025-03-04,north,widget,15,180.00\n"
+    ),
     "/data/users.csv": (
         "id,name,email,role\n"
         "1,Priya Raman,priya@example.net,admin\n"
         "2,Marcus Oyelaran,marcus@example.net,dev\n"
         "3,Grace Liu,grace@example.org,dev\n"
         "4,Helen Kowalczyk,helen@example.com,ops\n"
-        "5,Samuel Adeyemi,samuel@example.org,dev\n"),
+        "5,Samuel Adeyemi,samuel@example.org,dev\n"
+    ),
     "/var/log/app.log": (
         "2025-03-14 09:00:01 INFO server started on port 8080\n"
         "2025-03-14 09:02:17 INFO GET /items 200\n"
@@ -84,7 +90,8 @@ FILES: dict[str, str] = {
         "2025-03-14 09:07:15 INFO reconnected to database\n"
         "2025-03-14 09:15:30 INFO GET /items/42 200\n"
         "2025-03-14 09:21:04 ERROR timeout calling payments\n"
-        "2025-03-14 09:30:00 INFO GET /health 200\n"),
+        "2025-03-14 09:30:00 INFO GET /health 200\n"
+    ),
     "/etc/hostname": "devbox\n",
     "/etc/hosts": "127.0.0.1 localhost\n10.0.0.5 db.internal\n10.0.0.7 cache.internal\n",
 }
@@ -135,7 +142,9 @@ class VirtualFS:
 
     def listdir(self, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
-        names = {p[len(prefix):].split("/")[0] for p in [*self.files, *self.dirs] if p.startswith(prefix) and p != path}
+        names = {
+            p[len(prefix) :].split("/")[0] for p in [*self.files, *self.dirs] if p.startswith(prefix) and p != path
+        }
         return sorted(n for n in names if n)
 
     def read(self, path: str) -> str:
@@ -244,8 +253,10 @@ class Shell:
             else:
                 raise CommandError(f"ls: cannot access '{p}': No such file or directory")
             if "l" in flags:
-                lines = [f"{'d' if self.fs.is_dir(f) else '-'}rw-r--r-- {len(self.fs.files.get(f, '')):>5} {n}"
-                         for n, f in entries]
+                lines = [
+                    f"{'d' if self.fs.is_dir(f) else '-'}rw-r--r-- {len(self.fs.files.get(f, '')):>5} {n}"
+                    for n, f in entries
+                ]
                 body = "\n".join([f"total {len(entries)}", *lines])
             else:
                 body = "\n".join(n for n, _ in entries)
@@ -317,9 +328,12 @@ class Shell:
         full = self.fs.resolve(self.cwd, root)
         if not (self.fs.is_dir(full) or self.fs.is_file(full)):
             raise CommandError(f"find: '{root}': No such file or directory")
-        found = sorted(p for p in [*self.fs.files, *self.fs.dirs] if (p == full or p.startswith(full.rstrip("/") + "/"))
-                       and fnmatch.fnmatch(posixpath.basename(p), pattern))
-        shown = [root.rstrip("/") + p[len(full.rstrip("/")):] if root != "/" else p for p in found]
+        found = sorted(
+            p
+            for p in [*self.fs.files, *self.fs.dirs]
+            if (p == full or p.startswith(full.rstrip("/") + "/")) and fnmatch.fnmatch(posixpath.basename(p), pattern)
+        )
+        shown = [root.rstrip("/") + p[len(full.rstrip("/")) :] if root != "/" else p for p in found]
         return "\n".join(shown) + ("\n" if shown else "")
 
 
@@ -372,7 +386,7 @@ class TerminalEnv:
         out, status = self._shell.run(str(command))
         self._log.append((str(command), status))
         if len(out) > self._max:
-            out = out[:self._max] + f"\n[output truncated at {self._max} characters]"
+            out = out[: self._max] + f"\n[output truncated at {self._max} characters]"
         return out
 
     def get_reward(self) -> float:

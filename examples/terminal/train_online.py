@@ -55,8 +55,9 @@ def build(args):
     train = trajectories(TRAIN_TASKS)
     corpus = list(FILES.values()) + [json.dumps([*t.prompt, *t.completion]) for t in train]
     tokenizer = build_tiny_tokenizer("qwen3", corpus, vocab_size=1024)
-    model = build_tiny_model(tokenizer, "qwen3", hidden_size=args.hidden_size, num_layers=2, num_heads=4,
-                             seed=args.seed)
+    model = build_tiny_model(
+        tokenizer, "qwen3", hidden_size=args.hidden_size, num_layers=2, num_heads=4, seed=args.seed
+    )
     return tokenizer, model, train
 
 
@@ -107,25 +108,44 @@ def online(model, tokenizer, args, coeff: float, out: Path) -> dict:
     from .env import TerminalEnv
     from .trajectories import SYSTEM, TRAIN_TASKS
 
-    prompts = Dataset.from_dict({"prompt": [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": t}]
-                                            for t, _ in TRAIN_TASKS]})
+    prompts = Dataset.from_dict(
+        {"prompt": [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": t}] for t, _ in TRAIN_TASKS]}
+    )
     config = EchoGRPOConfig(
-        output_dir=str(out), world_model_coeff=coeff, max_steps=args.max_steps, learning_rate=args.learning_rate,
-        lr_scheduler_type="constant", warmup_steps=0, per_device_train_batch_size=args.num_generations,
-        num_generations=args.num_generations, max_completion_length=args.max_completion_length,
-        max_tool_calling_iterations=3, temperature=1.0, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
-        save_strategy="no", seed=args.seed, disable_tqdm=True, gradient_checkpointing=False)
-    trainer = EchoGRPOTrainer(model, args=config, train_dataset=prompts, processing_class=tokenizer,
-                              environment_factory=TerminalEnv)
+        output_dir=str(out),
+        world_model_coeff=coeff,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        per_device_train_batch_size=args.num_generations,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        max_tool_calling_iterations=3,
+        temperature=1.0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+        gradient_checkpointing=False,
+    )
+    trainer = EchoGRPOTrainer(
+        model, args=config, train_dataset=prompts, processing_class=tokenizer, environment_factory=TerminalEnv
+    )
     trainer.remove_callback(PrinterCallback)
     t0 = time.time()
     trainer.train()
     logs = [h for h in trainer.state.log_history if "world/tokens_env" in h]
-    return {"seconds": round(time.time() - t0, 1),
-            "env_tokens_trained": sum(h["world/tokens_env"] for h in logs),
-            "train_ce_env": [h.get("world/ce_env") for h in logs],
-            "reward": [h.get("reward") for h in logs],
-            "tool_calls": [h.get("tools/call_frequency") for h in logs]}
+    return {
+        "seconds": round(time.time() - t0, 1),
+        "env_tokens_trained": sum(h["world/tokens_env"] for h in logs),
+        "train_ce_env": [h.get("world/ce_env") for h in logs],
+        "reward": [h.get("reward") for h in logs],
+        "tool_calls": [h.get("tools/call_frequency") for h in logs],
+    }
 
 
 def main(argv=None) -> dict:
@@ -139,26 +159,48 @@ def main(argv=None) -> dict:
     tokenizer, model, train = build(args)
     bc_loss = warm_start(model, tokenizer, train, args.warmup_steps, seed=args.seed)
     before = heldout_ce(model, tokenizer)
-    print(f"warm start: action-token loss {bc_loss:.3f}; held-out env CE {before['ce_env']:.3f} "
-          f"over {before['tokens_env']} tokens", file=sys.stderr)
+    print(
+        f"warm start: action-token loss {bc_loss:.3f}; held-out env CE {before['ce_env']:.3f} "
+        f"over {before['tokens_env']} tokens",
+        file=sys.stderr,
+    )
     runs = {}
     plan = [("echo", args.world_model_coeff)] + ([] if args.no_baseline else [("grpo", 0.0)])
     for name, coeff in plan:
         m = copy.deepcopy(model)
         info = online(m, tokenizer, args, coeff, out / name)
         after = heldout_ce(m, tokenizer)
-        info.update(world_model_coeff=coeff, heldout_ce_env_before=before["ce_env"],
-                    heldout_ce_env_after=after["ce_env"],
-                    rel_change=(after["ce_env"] - before["ce_env"]) / before["ce_env"])
+        info.update(
+            world_model_coeff=coeff,
+            heldout_ce_env_before=before["ce_env"],
+            heldout_ce_env_after=after["ce_env"],
+            rel_change=(after["ce_env"] - before["ce_env"]) / before["ce_env"],
+        )
         runs[name] = info
-        print(f"{name} (lambda={coeff:g}): held-out env CE {before['ce_env']:.3f} -> {after['ce_env']:.3f} "
-              f"({100 * info['rel_change']:+.1f}%), {info['env_tokens_trained']:.0f} env tokens seen online, "
-              f"{info['seconds']}s", file=sys.stderr)
-    result = {"warm_start_action_loss": bc_loss, "heldout_tokens_env": before["tokens_env"], "runs": runs,
-              "settings": vars(args)}
+        print(
+            f"{name} (lambda={coeff:g}): held-out env CE {before['ce_env']:.3f} -> {after['ce_env']:.3f} "
+            f"({100 * info['rel_change']:+.1f}%), {info['env_tokens_trained']:.0f} env tokens seen online, "
+            f"{info['seconds']}s",
+            file=sys.stderr,
+        )
+    result = {
+        "warm_start_action_loss": bc_loss,
+        "heldout_tokens_env": before["tokens_env"],
+        "runs": runs,
+        "settings": vars(args),
+    }
     (out / "results.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: {kk: v[kk] for kk in ("heldout_ce_env_before", "heldout_ce_env_after", "rel_change",
-                                                "env_tokens_trained")} for k, v in runs.items()}))
+    print(
+        json.dumps(
+            {
+                k: {
+                    kk: v[kk]
+                    for kk in ("heldout_ce_env_before", "heldout_ce_env_after", "rel_change", "env_tokens_trained")
+                }
+                for k, v in runs.items()
+            }
+        )
+    )
     return result
 
 

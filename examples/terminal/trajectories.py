@@ -71,10 +71,15 @@ def session(task: str, commands: list[str], *, reward: float | None = None, grou
         completion.append({"role": "assistant", "content": "", "tool_calls": [tool_call("run", {"command": cmd})]})
         completion.append({"role": "tool", "name": "run", "content": env.run(cmd)})
     completion.append({"role": "assistant", "content": "Done."})
-    return Trajectory(prompt=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],
-                      completion=completion, tools=tool_schemas(),
-                      reward=env.get_reward() if reward is None else reward, scenario="terminal",
-                      task_idx=0, group_id=group or task)
+    return Trajectory(
+        prompt=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],
+        completion=completion,
+        tools=tool_schemas(),
+        reward=env.get_reward() if reward is None else reward,
+        scenario="terminal",
+        task_idx=0,
+        group_id=group or task,
+    )
 
 
 def trajectories(tasks: list[tuple[str, list[str]]]) -> list[Trajectory]:

@@ -30,8 +30,11 @@ def main():
         try:
             code = compile(spec["code"], spec["filename"], "exec")
         except SyntaxError as exc:
-            out = {"status": "error", "error_type": "SyntaxError",
-                   "error_message": f"line {exc.lineno}: {exc.msg}" + (f": {exc.text.strip()}" if exc.text else "")}
+            out = {
+                "status": "error",
+                "error_type": "SyntaxError",
+                "error_message": f"line {exc.lineno}: {exc.msg}" + (f": {exc.text.strip()}" if exc.text else ""),
+            }
         else:
             import os
             import re
@@ -41,16 +44,22 @@ def main():
             exec(code, namespace)
             func = namespace.get(spec["function"])
             if not callable(func):
-                out = {"status": "error", "error_type": "NameError",
-                       "error_message": f"the verifier code defines no function {spec['function']!r}"}
+                out = {
+                    "status": "error",
+                    "error_type": "NameError",
+                    "error_message": f"the verifier code defines no function {spec['function']!r}",
+                }
             else:
                 value = call(func, spec["initial_db_path"], spec["final_db_path"], spec.get("final_answer"))
                 out = {"status": "ok", "value": json.loads(json.dumps(value, default=str))}
     except Exception as exc:  # the verifier's own bug: report it, do not crash
         tb = traceback.extract_tb(exc.__traceback__)
         line = next((f.lineno for f in reversed(tb) if f.filename == spec["filename"]), None)
-        out = {"status": "error", "error_type": type(exc).__name__,
-               "error_message": (f"line {line}: " if line else "") + str(exc)}
+        out = {
+            "status": "error",
+            "error_type": type(exc).__name__,
+            "error_message": (f"line {line}: " if line else "") + str(exc),
+        }
     with open(result_path, "w", encoding="utf-8") as fh:
         json.dump(out, fh)
 

@@ -43,7 +43,7 @@ def agent_reply(episode: Episode, action: awm_agent.AgentAction, *, extra: dict[
         return awm_agent.list_tools_reply(episode.runtime.tools)
     if action.kind == "unknown":
         text = awm_agent.unknown_tool_text(action.name)
-        episode.call_tool(action.name, {}, extra=extra, refuse=text[len(awm_agent.ERROR_PREFIX):])
+        episode.call_tool(action.name, {}, extra=extra, refuse=text[len(awm_agent.ERROR_PREFIX) :])
         return text
     obs = episode.call_tool(action.tool_name, action.arguments, extra=extra)
     if obs.get("reward_type") == "timeout":
@@ -61,9 +61,10 @@ class AWMAgentModelPolicy(ModelPolicy):
             self.system_prompt = awm_agent.SYSTEM_PROMPT
 
     def play(self, episode: Episode, episode_index: int = 0) -> None:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": fill_system_prompt(self.system_prompt,
-                                                                                           episode.scenario)},
-                                          {"role": "user", "content": episode.task}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": fill_system_prompt(self.system_prompt, episode.scenario)},
+            {"role": "user", "content": episode.task},
+        ]
         episode.behavior_logprobs = []
         for _ in range(self.max_steps):
             _, ids, logprobs = self._generate(messages, None)
@@ -98,8 +99,9 @@ class AWMAgentEnvironment(AWMEnvironment):
         return self._act(awm_agent.action_for_call(awm_agent.LIST_TOOLS))
 
     def call_tool(self, tool_name: str, arguments: str) -> str:
-        return self._act(awm_agent.action_for_call(awm_agent.CALL_TOOL, {"tool_name": tool_name,
-                                                                         "arguments": arguments}))
+        return self._act(
+            awm_agent.action_for_call(awm_agent.CALL_TOOL, {"tool_name": tool_name, "arguments": arguments})
+        )
 
     def _act(self, action: awm_agent.AgentAction) -> str:
         if self._episode is None:
@@ -108,28 +110,53 @@ class AWMAgentEnvironment(AWMEnvironment):
 
 
 # The tool descriptions TRL renders come from these docstrings: the official texts, word for word.
-AWMAgentEnvironment.list_tools.__doc__ = (f"{awm_agent.LIST_TOOLS_DESCRIPTION}\n\nReturns:\n    A list of MCP "
-                                          "environment-specific tools and their descriptions")
+AWMAgentEnvironment.list_tools.__doc__ = (
+    f"{awm_agent.LIST_TOOLS_DESCRIPTION}\n\nReturns:\n    A list of MCP "
+    "environment-specific tools and their descriptions"
+)
 AWMAgentEnvironment.call_tool.__doc__ = (
     f"{awm_agent.CALL_TOOL_DESCRIPTION}\n\nArgs:\n    tool_name: {awm_agent.TOOL_NAME_DESCRIPTION}\n    arguments: "
-    f"{awm_agent.ARGUMENTS_DESCRIPTION}\n\nReturns:\n    The result of the <tool_name> tool call")
+    f"{awm_agent.ARGUMENTS_DESCRIPTION}\n\nReturns:\n    The result of the <tool_name> tool call"
+)
 
 
-def awm_agent_environment_factory(scenarios: Sequence[Scenario], *, format_error_penalty: bool = True,
-                                  rewards: RewardConfig | None = None, tool_timeout: float = 30.0,
-                                  verifier_timeout: float = 30.0, verify_turn: str = "omit",
-                                  stop_on_format_error: bool = False, pool: ServerPool | None = None,
-                                  max_servers: int = 4, unsafe_no_sandbox: bool = False
-                                  ) -> Callable[[], AWMAgentEnvironment]:
+def awm_agent_environment_factory(
+    scenarios: Sequence[Scenario],
+    *,
+    format_error_penalty: bool = True,
+    rewards: RewardConfig | None = None,
+    tool_timeout: float = 30.0,
+    verifier_timeout: float = 30.0,
+    verify_turn: str = "omit",
+    stop_on_format_error: bool = False,
+    pool: ServerPool | None = None,
+    max_servers: int = 4,
+    unsafe_no_sandbox: bool = False,
+) -> Callable[[], AWMAgentEnvironment]:
     """One factory for every scenario (rows choose by their ``scenario`` column); nothing starts until used."""
     if verify_turn != "omit":
-        raise ValueError("the awm-agent environment has exactly list_tools and call_tool, so the verifier cannot "
-                         "enter the conversation online: use verify_turn='omit' (get_reward runs it)")
-    pool = _pool(pool, max_servers, rewards=rewards, tool_timeout=tool_timeout, verifier_timeout=verifier_timeout,
-                 unsafe_no_sandbox=unsafe_no_sandbox)
+        raise ValueError(
+            "the awm-agent environment has exactly list_tools and call_tool, so the verifier cannot "
+            "enter the conversation online: use verify_turn='omit' (get_reward runs it)"
+        )
+    pool = _pool(
+        pool,
+        max_servers,
+        rewards=rewards,
+        tool_timeout=tool_timeout,
+        verifier_timeout=verifier_timeout,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+    )
     for sc in scenarios:
         pool.add(sc)
-    cls = type("AWMAgentEnv", (AWMAgentEnvironment,), {
-        "_pool": pool, "_format_error_penalty": format_error_penalty, "_stop_on_format_error": stop_on_format_error,
-        "__doc__": f"AWM scenarios {sorted(sc.name for sc in scenarios)} in the official agent's format."})
+    cls = type(
+        "AWMAgentEnv",
+        (AWMAgentEnvironment,),
+        {
+            "_pool": pool,
+            "_format_error_penalty": format_error_penalty,
+            "_stop_on_format_error": stop_on_format_error,
+            "__doc__": f"AWM scenarios {sorted(sc.name for sc in scenarios)} in the official agent's format.",
+        },
+    )
     return _factory(cls)

@@ -66,7 +66,9 @@ def detect() -> CgroupSupport:
     for root, point, fstype, _opts in mounts:
         if fstype == "cgroup2" and "" in own:
             d = _under(root, point, own[""])
-            controllers = set((d / "cgroup.controllers").read_text().split()) if (d / "cgroup.controllers").exists() else set()
+            controllers = (
+                set((d / "cgroup.controllers").read_text().split()) if (d / "cgroup.controllers").exists() else set()
+            )
             if not {"memory", "pids"} <= controllers:
                 reasons.append(f"cgroup v2 {d} delegates only {sorted(controllers) or 'nothing'}")
             elif not os.access(d, os.W_OK):
@@ -110,7 +112,10 @@ def _enable_v2(d: Path) -> bool:
 def create(support: CgroupSupport, *, memory: int | None, processes: int | None) -> list[Path]:
     """Make this sandbox's cgroup(s) with the caps set; returns the dirs (join with :func:`join_prefix`)."""
     name = f"echo_trl_sandbox_{os.getpid()}_{next(_counter)}"
-    files = {"memory": {"v2": "memory.max", "v1": "memory.limit_in_bytes"}, "pids": {"v2": "pids.max", "v1": "pids.max"}}
+    files = {
+        "memory": {"v2": "memory.max", "v1": "memory.limit_in_bytes"},
+        "pids": {"v2": "pids.max", "v1": "pids.max"},
+    }
     dirs: list[Path] = []
     try:
         for ctl, value in (("memory", memory), ("pids", processes)):

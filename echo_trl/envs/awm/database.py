@@ -48,8 +48,9 @@ def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool
                 try:
                     conn.execute(stmt)
                 except sqlite3.Error as exc:
-                    raise ScenarioError(f"index failed: {exc}", field=f"db_schema.tables[{i}].indexes[{j}]",
-                                        **where) from None
+                    raise ScenarioError(
+                        f"index failed: {exc}", field=f"db_schema.tables[{i}].indexes[{j}]", **where
+                    ) from None
             report.tables += 1
         samples = scenario.sample_data or {"tables": []}
         for i, table in enumerate(samples["tables"]):
@@ -62,8 +63,12 @@ def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool
                 except sqlite3.Error as exc:
                     here = f"sample_data.tables[{i}].insert_statements[{j}]"
                     if strict_inserts:
-                        raise ScenarioError(f"INSERT failed: {exc}", field=here, scenario=scenario.name,
-                                            source=scenario.sources.get("sample_data", "")) from None
+                        raise ScenarioError(
+                            f"INSERT failed: {exc}",
+                            field=here,
+                            scenario=scenario.name,
+                            source=scenario.sources.get("sample_data", ""),
+                        ) from None
                     report.failed_inserts.append(f"{here}: {exc}")
         conn.commit()
     except BaseException:

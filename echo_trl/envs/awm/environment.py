@@ -50,8 +50,14 @@ from .pool import ServerPool
 from .scenario import Scenario, ScenarioSource
 from .verifier import RewardConfig
 
-_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
-                               "object": dict}
+_JSON_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
 
 
 def _hint(schema: dict[str, Any]) -> Any:
@@ -75,8 +81,13 @@ def _hint(schema: dict[str, Any]) -> Any:
 
 def _identifier(name: str, taken: set[str]) -> str:
     ident = re.sub(r"\W", "_", name)
-    if not ident or ident[0].isdigit() or keyword.iskeyword(ident) or ident.startswith("_") or ident in (
-            "reset", "get_reward", "self", "verify"):
+    if (
+        not ident
+        or ident[0].isdigit()
+        or keyword.iskeyword(ident)
+        or ident.startswith("_")
+        or ident in ("reset", "get_reward", "self", "verify")
+    ):
         ident = f"tool_{ident.lstrip('_')}"
     while ident in taken:
         ident += "_"
@@ -117,8 +128,9 @@ def make_tool_method(tool: dict[str, Any], method_name: str) -> Callable[..., st
         default = inspect.Parameter.empty if prop in required else None
         if default is None and not (hint is type(None) or "None" in repr(hint)):
             hint = hint | None
-        params.append(inspect.Parameter(pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                        annotation=hint))
+        params.append(
+            inspect.Parameter(pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=hint)
+        )
         docs.append(f"    {pname}: {argument_doc(props[prop] if isinstance(props[prop], dict) else {}, prop)}")
     description = (tool.get("description") or tool["name"]).split("\n\n### Responses")[0].strip()
     doc = description + ("\n\nArgs:\n" + "\n".join(docs) if docs else "") + "\n\nReturns:\n    The tool's output."
@@ -126,8 +138,11 @@ def make_tool_method(tool: dict[str, Any], method_name: str) -> Callable[..., st
 
     def method(self, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
-        arguments = {names.get(k, k): v for k, v in bound.arguments.items()
-                     if k != "self" and not (v is None and names.get(k, k) not in required)}
+        arguments = {
+            names.get(k, k): v
+            for k, v in bound.arguments.items()
+            if k != "self" and not (v is None and names.get(k, k) not in required)
+        }
         return self._call(mcp_name, arguments)
 
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -165,12 +180,15 @@ class AWMEnvironment:
         scenario = self._row_scenario(kwargs.get("scenario"))
         task_idx = kwargs.get("task_idx", self._default_task_idx)
         if task_idx is None:
-            raise ValueError("AWM environment: the dataset row needs a 'task_idx' column (or pass task_idx= to "
-                             "awm_environment_factory)")
+            raise ValueError(
+                "AWM environment: the dataset row needs a 'task_idx' column (or pass task_idx= to "
+                "awm_environment_factory)"
+            )
         self._task_idx = int(task_idx)
         _close_episode(self.__dict__)
-        self._episode = self._pool.new_episode(scenario, self._task_idx,
-                                               format_error_ends_episode=self._stop_on_format_error)
+        self._episode = self._pool.new_episode(
+            scenario, self._task_idx, format_error_ends_episode=self._stop_on_format_error
+        )
         prompt = kwargs.get("prompt")
         last = prompt[-1].get("content") if isinstance(prompt, list) and prompt else prompt
         return None if isinstance(last, str) and last.strip() else self._episode.task
@@ -178,8 +196,10 @@ class AWMEnvironment:
     def _row_scenario(self, scenario: str | None) -> str:
         """The scenario a row runs in: this class's (a row naming another one is routed wrongly)."""
         if scenario is not None and scenario != self._scenario.name:
-            raise ValueError(f"AWM environment for scenario {self._scenario.name!r} got a row of scenario {scenario!r} "
-                             "(route rows with awm_environment_factories and an 'environment' column)")
+            raise ValueError(
+                f"AWM environment for scenario {self._scenario.name!r} got a row of scenario {scenario!r} "
+                "(route rows with awm_environment_factories and an 'environment' column)"
+            )
         return self._scenario.name
 
     def _call(self, tool_name: str, arguments: dict[str, Any]) -> str:
@@ -236,9 +256,15 @@ _instances: weakref.WeakSet[AWMEnvironment] = weakref.WeakSet()
 _factory_pools: list[ServerPool] = []
 
 
-def environment_class(pool: ServerPool, scenario: Scenario, *, task_idx: int | None = None,
-                      format_error_penalty: bool = True, stop_on_format_error: bool = False,
-                      verify_turn: str = "env_output") -> type[AWMEnvironment]:
+def environment_class(
+    pool: ServerPool,
+    scenario: Scenario,
+    *,
+    task_idx: int | None = None,
+    format_error_penalty: bool = True,
+    stop_on_format_error: bool = False,
+    verify_turn: str = "env_output",
+) -> type[AWMEnvironment]:
     """The TRL environment class of ``scenario`` on ``pool`` (one method per MCP tool, + ``verify``)."""
     if verify_turn not in VERIFY_TURNS:
         raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")
@@ -249,11 +275,21 @@ def environment_class(pool: ServerPool, scenario: Scenario, *, task_idx: int | N
     for tool in tools:
         name = _identifier(tool["name"], taken)
         methods[name] = make_tool_method(tool, name)
-    return type("AWMEnv_" + re.sub(r"\W", "_", scenario.name), (AWMEnvironment,), {
-        **methods, "_scenario": scenario, "_tools": tools, "_pool": pool, "_default_task_idx": task_idx,
-        "_format_error_penalty": format_error_penalty, "_stop_on_format_error": stop_on_format_error,
-        "_verify_turn": verify_turn,
-        "__doc__": f"AWM scenario {scenario.name!r} as a TRL environment ({len(tools)} MCP tools)."})
+    return type(
+        "AWMEnv_" + re.sub(r"\W", "_", scenario.name),
+        (AWMEnvironment,),
+        {
+            **methods,
+            "_scenario": scenario,
+            "_tools": tools,
+            "_pool": pool,
+            "_default_task_idx": task_idx,
+            "_format_error_penalty": format_error_penalty,
+            "_stop_on_format_error": stop_on_format_error,
+            "_verify_turn": verify_turn,
+            "__doc__": f"AWM scenario {scenario.name!r} as a TRL environment ({len(tools)} MCP tools).",
+        },
+    )
 
 
 def _factory(cls: type[AWMEnvironment]) -> Callable[[], AWMEnvironment]:
@@ -274,12 +310,21 @@ def _pool(pool: ServerPool | None, max_servers: int, **kwargs: Any) -> ServerPoo
     return pool
 
 
-def awm_environment_factory(source: ScenarioSource | Scenario, scenario: str | None = None, *,
-                            task_idx: int | None = None, format_error_penalty: bool = True,
-                            rewards: RewardConfig | None = None, tool_timeout: float = 30.0,
-                            verifier_timeout: float = 30.0, verify_turn: str = "env_output",
-                            stop_on_format_error: bool = False, pool: ServerPool | None = None,
-                            max_servers: int = 4, unsafe_no_sandbox: bool = False) -> Callable[[], AWMEnvironment]:
+def awm_environment_factory(
+    source: ScenarioSource | Scenario,
+    scenario: str | None = None,
+    *,
+    task_idx: int | None = None,
+    format_error_penalty: bool = True,
+    rewards: RewardConfig | None = None,
+    tool_timeout: float = 30.0,
+    verifier_timeout: float = 30.0,
+    verify_turn: str = "env_output",
+    stop_on_format_error: bool = False,
+    pool: ServerPool | None = None,
+    max_servers: int = 4,
+    unsafe_no_sandbox: bool = False,
+) -> Callable[[], AWMEnvironment]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)`` (one scenario).
 
     Starts the scenario's first server now (its tools become the class's methods); instances
@@ -288,18 +333,39 @@ def awm_environment_factory(source: ScenarioSource | Scenario, scenario: str | N
     ``unsafe_no_sandbox=True`` runs it uncontained (refused otherwise where no sandbox can be had).
     """
     sc = source if isinstance(source, Scenario) else source.load(scenario or "")
-    pool = _pool(pool, max_servers, rewards=rewards, tool_timeout=tool_timeout, verifier_timeout=verifier_timeout,
-                 unsafe_no_sandbox=unsafe_no_sandbox)
-    return _factory(environment_class(pool, sc, task_idx=task_idx, format_error_penalty=format_error_penalty,
-                                      stop_on_format_error=stop_on_format_error, verify_turn=verify_turn))
+    pool = _pool(
+        pool,
+        max_servers,
+        rewards=rewards,
+        tool_timeout=tool_timeout,
+        verifier_timeout=verifier_timeout,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+    )
+    return _factory(
+        environment_class(
+            pool,
+            sc,
+            task_idx=task_idx,
+            format_error_penalty=format_error_penalty,
+            stop_on_format_error=stop_on_format_error,
+            verify_turn=verify_turn,
+        )
+    )
 
 
-def awm_environment_factories(scenarios: Sequence[Scenario], *, format_error_penalty: bool = True,
-                              rewards: RewardConfig | None = None, tool_timeout: float = 30.0,
-                              verifier_timeout: float = 30.0, verify_turn: str = "env_output",
-                              stop_on_format_error: bool = False, pool: ServerPool | None = None,
-                              max_servers: int = 4, unsafe_no_sandbox: bool = False
-                              ) -> dict[str, Callable[[], AWMEnvironment]]:
+def awm_environment_factories(
+    scenarios: Sequence[Scenario],
+    *,
+    format_error_penalty: bool = True,
+    rewards: RewardConfig | None = None,
+    tool_timeout: float = 30.0,
+    verifier_timeout: float = 30.0,
+    verify_turn: str = "env_output",
+    stop_on_format_error: bool = False,
+    pool: ServerPool | None = None,
+    max_servers: int = 4,
+    unsafe_no_sandbox: bool = False,
+) -> dict[str, Callable[[], AWMEnvironment]]:
     """``{scenario name: factory}`` for TRL's multi-environment mode, all on one server pool.
 
     Rows choose their environment by their ``environment`` column, which
@@ -309,12 +375,26 @@ def awm_environment_factories(scenarios: Sequence[Scenario], *, format_error_pen
     names = [sc.name for sc in scenarios]
     if len(set(names)) != len(names):
         raise ValueError(f"scenario names repeat: {names}")
-    pool = _pool(pool, max_servers, rewards=rewards, tool_timeout=tool_timeout, verifier_timeout=verifier_timeout,
-                 unsafe_no_sandbox=unsafe_no_sandbox)
-    return {sc.name: _factory(environment_class(pool, sc, format_error_penalty=format_error_penalty,
-                                                stop_on_format_error=stop_on_format_error,
-                                                verify_turn=verify_turn))
-            for sc in scenarios}
+    pool = _pool(
+        pool,
+        max_servers,
+        rewards=rewards,
+        tool_timeout=tool_timeout,
+        verifier_timeout=verifier_timeout,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+    )
+    return {
+        sc.name: _factory(
+            environment_class(
+                pool,
+                sc,
+                format_error_penalty=format_error_penalty,
+                stop_on_format_error=stop_on_format_error,
+                verify_turn=verify_turn,
+            )
+        )
+        for sc in scenarios
+    }
 
 
 def close_environments() -> None:
@@ -325,9 +405,13 @@ def close_environments() -> None:
         _factory_pools.pop().close()
 
 
-def awm_task_dataset(scenario: Scenario | Sequence[Scenario],
-                     task_indices: list[int] | dict[str, list[int] | None] | None = None, *, repeats: int = 1,
-                     system_prompt: str | None = None):
+def awm_task_dataset(
+    scenario: Scenario | Sequence[Scenario],
+    task_indices: list[int] | dict[str, list[int] | None] | None = None,
+    *,
+    repeats: int = 1,
+    system_prompt: str | None = None,
+):
     """A ``datasets.Dataset`` of prompts for online training: one row per task (x ``repeats``).
 
     Columns: ``prompt`` (system + user task, TRL conversational format), ``task_idx``,
@@ -347,11 +431,24 @@ def awm_task_dataset(scenario: Scenario | Sequence[Scenario],
     for sc in scenarios:
         chosen = task_indices.get(sc.name) if isinstance(task_indices, dict) else task_indices
         system = fill_system_prompt(template, sc.name)
-        per_scenario.append([(sc, k, ([{"role": "system", "content": system}] if system else [])
-                              + [{"role": "user", "content": sc.task(k)}])
-                             for k in (chosen if chosen is not None else range(len(sc.tasks)))
-                             for _ in range(repeats)])
-    rows: dict[str, list[Any]] = {"prompt": [], "task_idx": [], "scenario": [], **({"environment": []} if many else {})}
+        per_scenario.append(
+            [
+                (
+                    sc,
+                    k,
+                    ([{"role": "system", "content": system}] if system else [])
+                    + [{"role": "user", "content": sc.task(k)}],
+                )
+                for k in (chosen if chosen is not None else range(len(sc.tasks)))
+                for _ in range(repeats)
+            ]
+        )
+    rows: dict[str, list[Any]] = {
+        "prompt": [],
+        "task_idx": [],
+        "scenario": [],
+        **({"environment": []} if many else {}),
+    }
     for i in range(max(map(len, per_scenario), default=0)):
         for items in per_scenario:
             if i < len(items):

@@ -101,10 +101,20 @@ class AWMRuntime:
     ``db_build``, ``server_start``, and the last ``reset`` / ``connect`` / ``verify``.
     """
 
-    def __init__(self, scenario: Scenario, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
-                 verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
-                 format_error_ends_episode: bool = False, containment: sandbox.Containment | None = None,
-                 keep_dir: bool = False, unsafe_no_sandbox: bool = False):
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        tool_timeout: float = 30.0,
+        verifier_timeout: float = 30.0,
+        verifier_mode: str = "code",
+        judge: Judge | None = None,
+        rewards: RewardConfig | None = None,
+        format_error_ends_episode: bool = False,
+        containment: sandbox.Containment | None = None,
+        keep_dir: bool = False,
+        unsafe_no_sandbox: bool = False,
+    ):
         self.scenario = scenario
         self.tool_timeout, self.verifier_timeout = tool_timeout, verifier_timeout
         self.verifier_mode, self.judge = verifier_mode, judge
@@ -153,8 +163,9 @@ class AWMRuntime:
         assert self.root is not None
         if self.server is not None:
             self.server.stop()
-        self.server = ScenarioServer(self.scenario, self.root / "server", self.live_db, self.root / "server.log",
-                                     containment=self.containment)
+        self.server = ScenarioServer(
+            self.scenario, self.root / "server", self.live_db, self.root / "server.log", containment=self.containment
+        )
         self.timings["server_start"] = self.server.start()
 
     def _session(self) -> MCPSession:
@@ -236,22 +247,49 @@ class AWMRuntime:
             self._episode = Episode(self, task, task_idx, session, notes)
             return self._episode
 
-    def run_verifier(self, task_idx: int | None, *, final_answer: str | None = None, task: str = "",
-                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+    def run_verifier(
+        self,
+        task_idx: int | None,
+        *,
+        final_answer: str | None = None,
+        task: str = "",
+        trajectory: list[dict[str, Any]] | None = None,
+    ) -> VerifyOutcome:
         """Verify the live database against the initial snapshot (no verifier -> ``no_verifier``)."""
         assert self.root is not None
-        outcome = verify_databases(self.scenario, task_idx, self.initial_db, self.live_db, self.root / "verify",
-                                   verifier_mode=self.verifier_mode, timeout=self.verifier_timeout, judge=self.judge,
-                                   containment=self.containment, final_answer=final_answer, task=task,
-                                   trajectory=trajectory)
+        outcome = verify_databases(
+            self.scenario,
+            task_idx,
+            self.initial_db,
+            self.live_db,
+            self.root / "verify",
+            verifier_mode=self.verifier_mode,
+            timeout=self.verifier_timeout,
+            judge=self.judge,
+            containment=self.containment,
+            final_answer=final_answer,
+            task=task,
+            trajectory=trajectory,
+        )
         self.timings["verify"] = outcome.seconds
         return outcome
 
 
-def verify_databases(scenario: Scenario, task_idx: int | None, initial_db: Path, final_db: Path, work_root: Path, *,
-                     verifier_mode: str, timeout: float, judge: Judge | None, containment: sandbox.Containment,
-                     final_answer: str | None = None, task: str = "",
-                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+def verify_databases(
+    scenario: Scenario,
+    task_idx: int | None,
+    initial_db: Path,
+    final_db: Path,
+    work_root: Path,
+    *,
+    verifier_mode: str,
+    timeout: float,
+    judge: Judge | None,
+    containment: sandbox.Containment,
+    final_answer: str | None = None,
+    task: str = "",
+    trajectory: list[dict[str, Any]] | None = None,
+) -> VerifyOutcome:
     """Run the task's verifier on ``final_db`` against ``initial_db`` (no verifier -> ``no_verifier``).
 
     A function, not a runtime method, because a pooled session verifies its own database
@@ -259,15 +297,30 @@ def verify_databases(scenario: Scenario, task_idx: int | None, initial_db: Path,
     """
     spec = scenario.verifier(task_idx, verifier_mode) if task_idx is not None else None
     if spec is None:
-        return VerifyOutcome("no_verifier", {"verifier_mode": verifier_mode, "result": "others",
-                                             "execution_status": "error",
-                                             "error_message": f"no {verifier_mode} verifier for task "
-                                                              f"{task_idx} of scenario {scenario.name!r}"})
+        return VerifyOutcome(
+            "no_verifier",
+            {
+                "verifier_mode": verifier_mode,
+                "result": "others",
+                "execution_status": "error",
+                "error_message": f"no {verifier_mode} verifier for task {task_idx} of scenario {scenario.name!r}",
+            },
+        )
     work = Path(tempfile.mkdtemp(prefix="v", dir=work_root))
     os.chmod(work, 0o755)
     try:
-        return run_verifier(spec, initial_db, final_db, work, final_answer=final_answer, timeout=timeout,
-                            judge=judge, task=task, trajectory=trajectory, containment=containment)
+        return run_verifier(
+            spec,
+            initial_db,
+            final_db,
+            work,
+            final_answer=final_answer,
+            timeout=timeout,
+            judge=judge,
+            task=task,
+            trajectory=trajectory,
+            containment=containment,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -275,8 +328,9 @@ def verify_databases(scenario: Scenario, task_idx: int | None, initial_db: Path,
 class Episode:
     """One episode on a runtime; ``steps`` accumulate in the OpenEnv capture shape."""
 
-    def __init__(self, runtime: AWMRuntime, task: str, task_idx: int | None, session: MCPSession,
-                 notes: list[str] | None = None):
+    def __init__(
+        self, runtime: AWMRuntime, task: str, task_idx: int | None, session: MCPSession, notes: list[str] | None = None
+    ):
         self.runtime, self.task, self.task_idx, self.session = runtime, task, task_idx, session
         self.steps: list[dict[str, Any]] = []
         self.done = False
@@ -293,8 +347,9 @@ class Episode:
     def scenario(self) -> str:
         return self.runtime.scenario.name
 
-    def _record(self, tool_name: str, arguments: Any, observation: dict[str, Any],
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _record(
+        self, tool_name: str, arguments: Any, observation: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         step = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": observation}
         if extra:
             step.update(extra)
@@ -310,8 +365,9 @@ class Episode:
         self.reward_type = "format_error" if penalised else reward_type
         self.reward = rewards.format_error if penalised else self.verifier_reward
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
-                  refuse: str | None = None) -> dict[str, Any]:
+    def call_tool(
+        self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None, refuse: str | None = None
+    ) -> dict[str, Any]:
         """Call one scenario tool over MCP and record the step; returns the observation.
 
         ``refuse``: the harness rejects the call itself with this error (an unknown tool, no
@@ -319,17 +375,32 @@ class Episode:
         """
         arguments = {} if arguments is None else arguments
         if self.done:
-            obs = {"tool_name": tool_name, "error": "the episode has ended; start a new episode",
-                   "reward_type": "episode_already_done", "done": True, "metadata": {}}
+            obs = {
+                "tool_name": tool_name,
+                "error": "the episode has ended; start a new episode",
+                "reward_type": "episode_already_done",
+                "done": True,
+                "metadata": {},
+            }
             return self._record(tool_name, arguments, obs, extra)
         t0 = time.perf_counter()
         known = tool_name in self.tool_names
         if refuse is not None:
-            obs = {"tool_name": tool_name, "reward_type": "tool_not_found", "done": False, "metadata": {},
-                   "error": refuse}
+            obs = {
+                "tool_name": tool_name,
+                "reward_type": "tool_not_found",
+                "done": False,
+                "metadata": {},
+                "error": refuse,
+            }
         elif not isinstance(arguments, dict):
-            obs = {"tool_name": tool_name, "reward_type": "invalid_args", "done": False, "metadata": {},
-                   "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}"}
+            obs = {
+                "tool_name": tool_name,
+                "reward_type": "invalid_args",
+                "done": False,
+                "metadata": {},
+                "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}",
+            }
             arguments = {"_raw": arguments}
         else:
             try:
@@ -338,18 +409,32 @@ class Episode:
                 server = self.runtime.server
                 why = server.exit_description() if server is not None and not server.alive() else ""
                 rt = "timeout" if "timed out" in str(exc) else "server_error"
-                obs = {"tool_name": tool_name, "reward_type": rt, "done": True,
-                       "error": f"environment failure: {exc}" + (f" ({why})" if why else ""),
-                       "metadata": {"server_log_tail": server.log_tail(800) if server is not None else ""}}
+                obs = {
+                    "tool_name": tool_name,
+                    "reward_type": rt,
+                    "done": True,
+                    "error": f"environment failure: {exc}" + (f" ({why})" if why else ""),
+                    "metadata": {"server_log_tail": server.log_tail(800) if server is not None else ""},
+                }
                 self._end(rt)
                 obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
                 return self._record(tool_name, arguments, obs, extra)
             if out.is_error:
-                obs = {"tool_name": tool_name, "error": out.text, "done": False, "metadata": {},
-                       "reward_type": classify_tool_error(out.text, known_tool=known)}
+                obs = {
+                    "tool_name": tool_name,
+                    "error": out.text,
+                    "done": False,
+                    "metadata": {},
+                    "reward_type": classify_tool_error(out.text, known_tool=known),
+                }
             else:
-                obs = {"tool_name": tool_name, "tool_result": out.text, "reward_type": "tool_call_ok", "done": False,
-                       "metadata": {}}
+                obs = {
+                    "tool_name": tool_name,
+                    "tool_result": out.text,
+                    "reward_type": "tool_call_ok",
+                    "done": False,
+                    "metadata": {},
+                }
         obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
         if obs["reward_type"] in FORMAT_ERRORS:
             if self.runtime.format_error_ends_episode:
@@ -364,14 +449,25 @@ class Episode:
         if final_answer is not None:
             args["final_answer"] = final_answer
         if self.done:
-            obs = {"tool_name": "verify", "error": "the episode has ended; start a new episode",
-                   "reward_type": "episode_already_done", "done": True, "metadata": {}}
+            obs = {
+                "tool_name": "verify",
+                "error": "the episode has ended; start a new episode",
+                "reward_type": "episode_already_done",
+                "done": True,
+                "metadata": {},
+            }
             return self._record("verify", args, obs)
-        outcome = self.runtime.run_verifier(self.task_idx, final_answer=final_answer, task=self.task,
-                                            trajectory=self.steps)
+        outcome = self.runtime.run_verifier(
+            self.task_idx, final_answer=final_answer, task=self.task, trajectory=self.steps
+        )
         self._end(outcome.reward_type)
-        obs = {"tool_name": "verify", "verify_result": outcome.verify_result, "reward_type": outcome.reward_type,
-               "done": True, "metadata": {"latency_s": round(outcome.seconds, 4)}}
+        obs = {
+            "tool_name": "verify",
+            "verify_result": outcome.verify_result,
+            "reward_type": outcome.reward_type,
+            "done": True,
+            "metadata": {"latency_s": round(outcome.seconds, 4)},
+        }
         self._record("verify", args, obs)
         self._verify_step = self.steps[-1]
         return obs
@@ -394,21 +490,30 @@ class Episode:
         """
         rt = self.runtime
         record: dict[str, Any] = {
-            "scenario": self.scenario, "task": self.task, "task_idx": self.task_idx if self.task_idx is not None else -1,
-            "tools": rt.tools, **verify_turn_fields(self.steps, self._verify_step, verify_turn),
+            "scenario": self.scenario,
+            "task": self.task,
+            "task_idx": self.task_idx if self.task_idx is not None else -1,
+            "tools": rt.tools,
+            **verify_turn_fields(self.steps, self._verify_step, verify_turn),
             "reward": self.reward if self.reward is not None else rt.rewards.other,
             "reward_type": self.reward_type or "unfinished",
-            "metadata": {"source": "echo-trl capture (local AWM runtime)", "containment": rt.containment.applied(),
-                         "notes": self.notes, "scenario_sources": rt.scenario.sources,
-                         "format_errors": self.format_errors, "verifier_reward": self.verifier_reward},
+            "metadata": {
+                "source": "echo-trl capture (local AWM runtime)",
+                "containment": rt.containment.applied(),
+                "notes": self.notes,
+                "scenario_sources": rt.scenario.sources,
+                "format_errors": self.format_errors,
+                "verifier_reward": self.verifier_reward,
+            },
         }
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
 
 
-def verify_turn_fields(steps: list[dict[str, Any]], verify_step: dict[str, Any] | None,
-                       verify_turn: str) -> dict[str, Any]:
+def verify_turn_fields(
+    steps: list[dict[str, Any]], verify_step: dict[str, Any] | None, verify_turn: str
+) -> dict[str, Any]:
     """A record's ``steps`` (and ``verification`` / ``final_answer`` when the verifier turn is omitted)."""
     if verify_turn not in VERIFY_TURNS:
         raise ValueError(f"verify_turn must be one of {VERIFY_TURNS}, got {verify_turn!r}")

@@ -92,9 +92,11 @@ class MCPSession:
         self._closed = asyncio.Event()
         try:
             transport = httpx.AsyncHTTPTransport(uds=self.socket_path)
-            async with (httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(self.timeout)) as http,
-                        streamable_http_client(MCP_URL, http_client=http) as (read, write, _),
-                        ClientSession(read, write) as session):
+            async with (
+                httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(self.timeout)) as http,
+                streamable_http_client(MCP_URL, http_client=http) as (read, write, _),
+                ClientSession(read, write) as session,
+            ):
                 await session.initialize()
                 self._session = session
                 ready.set_result(True)
@@ -160,6 +162,7 @@ class MCPSession:
 
     def list_tools(self) -> list[dict[str, Any]]:
         """Every tool as a full MCP tool object ``{name, description, inputSchema}``."""
+
         async def run(session):
             tools, cursor = [], None
             while True:
@@ -170,11 +173,13 @@ class MCPSession:
                     return tools
 
         tools = self._call(run, "tools/list", None)
-        return [{"name": t.name, "description": t.description or "", "inputSchema": t.inputSchema or {}}
-                for t in tools]
+        return [
+            {"name": t.name, "description": t.description or "", "inputSchema": t.inputSchema or {}} for t in tools
+        ]
 
     def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float | None = None) -> ToolOutcome:
         """Call one tool; a tool-level failure is ``is_error=True``, a transport failure raises MCPError."""
+
         async def run(session):
             return await session.call_tool(name, arguments)
 
@@ -192,6 +197,7 @@ class MCPSession:
         if closed is not None:
             self.loop.call_soon_threadsafe(closed.set)
         if task is not None:
+
             async def finish():
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(task), timeout)

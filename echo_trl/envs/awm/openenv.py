@@ -43,7 +43,7 @@ class OpenEnvAWMClient:
         url = base_url.rstrip("/")
         for http, ws in (("https://", "wss://"), ("http://", "ws://")):
             if url.startswith(http):
-                url = ws + url[len(http):]
+                url = ws + url[len(http) :]
         if not url.startswith(("ws://", "wss://")):
             url = "ws://" + url
         self.ws_url = url if url.endswith("/ws") else url + "/ws"
@@ -56,7 +56,9 @@ class OpenEnvAWMClient:
         try:
             self._ws = connect(self.ws_url, open_timeout=self.timeout, max_size=self.max_size, proxy=None)
         except Exception as exc:  # websockets raises many kinds; all mean "cannot reach it"
-            raise OpenEnvError(f"cannot connect to {self.ws_url} (is an OpenEnv server listening there?): {exc}") from None
+            raise OpenEnvError(
+                f"cannot connect to {self.ws_url} (is an OpenEnv server listening there?): {exc}"
+            ) from None
         return self
 
     def _send(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -92,13 +94,20 @@ class OpenEnvAWMClient:
         tools = obs.get("tools", [])
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise OpenEnvError(f"malformed list_tools reply from {self.ws_url}: {str(tools)[:200]!r}")
-        return [{"name": t.get("name", ""), "description": t.get("description", ""),
-                 "inputSchema": t.get("input_schema", t.get("inputSchema", {})) or {}} for t in tools]
+        return [
+            {
+                "name": t.get("name", ""),
+                "description": t.get("description", ""),
+                "inputSchema": t.get("input_schema", t.get("inputSchema", {})) or {},
+            }
+            for t in tools
+        ]
 
     def step(self, tool_name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """One ``call_tool`` step: ``{"observation": {...}, "reward": r, "done": d}``."""
-        return self._send({"type": "step", "data": {"type": "call_tool", "tool_name": tool_name,
-                                                    "arguments": arguments or {}}})
+        return self._send(
+            {"type": "step", "data": {"type": "call_tool", "tool_name": tool_name, "arguments": arguments or {}}}
+        )
 
     def close(self) -> None:
         if self._ws is not None:
@@ -118,8 +127,15 @@ class OpenEnvAWMClient:
 class RemoteEpisode:
     """An episode on an OpenEnv server with the interface the capture policies drive."""
 
-    def __init__(self, client: OpenEnvAWMClient, scenario: str, task_idx: int, *, verifier_mode: str = "code",
-                 stop_on_format_error: bool = False):
+    def __init__(
+        self,
+        client: OpenEnvAWMClient,
+        scenario: str,
+        task_idx: int,
+        *,
+        verifier_mode: str = "code",
+        stop_on_format_error: bool = False,
+    ):
         self.client, self.task_idx, self.verifier_mode = client, task_idx, verifier_mode
         self.stop_on_format_error = stop_on_format_error
         obs = client.reset(scenario=scenario, task_idx=task_idx)
@@ -153,14 +169,24 @@ class RemoteEpisode:
         self.steps.append(step)
         return obs, data.get("reward")
 
-    def call_tool(self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None,
-                  refuse: str | None = None) -> dict[str, Any]:
+    def call_tool(
+        self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None, refuse: str | None = None
+    ) -> dict[str, Any]:
         """One tool call on the server; ``refuse``: rejected here with that error (see ``Episode.call_tool``)."""
         if refuse is not None:
-            obs, reward = {"tool_name": tool_name, "error": refuse, "reward_type": "tool_not_found", "done": False,
-                           "metadata": {}}, -1.0
-            self.steps.append({"action": {"tool_name": tool_name, "arguments": arguments or {}}, "observation": obs,
-                               **(extra or {})})
+            obs, reward = (
+                {
+                    "tool_name": tool_name,
+                    "error": refuse,
+                    "reward_type": "tool_not_found",
+                    "done": False,
+                    "metadata": {},
+                },
+                -1.0,
+            )
+            self.steps.append(
+                {"action": {"tool_name": tool_name, "arguments": arguments or {}}, "observation": obs, **(extra or {})}
+            )
         else:
             obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
         if obs.get("reward_type") in ("tool_not_found", "invalid_args", "invalid_action"):
@@ -191,12 +217,20 @@ class RemoteEpisode:
             self.client.step("done", {})
 
     def record(self, verify_turn: str = "env_output") -> dict[str, Any]:
-        record = {"scenario": self.scenario, "task": self.task, "task_idx": self.task_idx, "tools": self.runtime.tools,
-                  **verify_turn_fields(self.steps, self._verify_step, verify_turn),
-                  "reward": self.reward if self.reward is not None else 0.0,
-                  "reward_type": self.reward_type or "unfinished",
-                  "metadata": {"source": f"OpenEnv agent_world_model_env at {self.client.ws_url}", "notes": self.notes,
-                               "format_errors": self.format_errors}}
+        record = {
+            "scenario": self.scenario,
+            "task": self.task,
+            "task_idx": self.task_idx,
+            "tools": self.runtime.tools,
+            **verify_turn_fields(self.steps, self._verify_step, verify_turn),
+            "reward": self.reward if self.reward is not None else 0.0,
+            "reward_type": self.reward_type or "unfinished",
+            "metadata": {
+                "source": f"OpenEnv agent_world_model_env at {self.client.ws_url}",
+                "notes": self.notes,
+                "format_errors": self.format_errors,
+            },
+        }
         if self.behavior_logprobs is not None:
             record["behavior_logprobs"] = self.behavior_logprobs
         return record
@@ -217,13 +251,23 @@ def _parse_reply(raw: str | bytes) -> dict[str, Any] | None:
     return reply if obs is None or isinstance(obs, dict) else None
 
 
-def capture_openenv_episode(base_url: str, scenario: str, task_idx: int, policy: Any, *, episode_index: int = 0,
-                            verifier_mode: str = "code", timeout: float = 60.0, stop_on_format_error: bool = False,
-                            verify_turn: str = "env_output") -> dict[str, Any]:
+def capture_openenv_episode(
+    base_url: str,
+    scenario: str,
+    task_idx: int,
+    policy: Any,
+    *,
+    episode_index: int = 0,
+    verifier_mode: str = "code",
+    timeout: float = 60.0,
+    stop_on_format_error: bool = False,
+    verify_turn: str = "env_output",
+) -> dict[str, Any]:
     """Play one episode on the server at ``base_url`` with ``policy`` (a replay or model policy)."""
     with OpenEnvAWMClient(base_url, timeout=timeout) as client:
-        episode = RemoteEpisode(client, scenario, task_idx, verifier_mode=verifier_mode,
-                                stop_on_format_error=stop_on_format_error)
+        episode = RemoteEpisode(
+            client, scenario, task_idx, verifier_mode=verifier_mode, stop_on_format_error=stop_on_format_error
+        )
         try:
             policy.play(episode, episode_index)
             if not episode.done:

@@ -77,8 +77,9 @@ def normalize_timestamps(text: str) -> str:
 
 def observation_text(obs: dict[str, Any]) -> str:
     """What the agent saw of an observation (the text ``echo_trl.data.awm`` renders as ``env_output``)."""
-    return "\n".join(serialize_output(obs[k]) for k in ("tool_result", "error", "verify_result")
-                     if obs.get(k) is not None)
+    return "\n".join(
+        serialize_output(obs[k]) for k in ("tool_result", "error", "verify_result") if obs.get(k) is not None
+    )
 
 
 @dataclass
@@ -115,8 +116,11 @@ class ReplayPolicy:
                 raise PolicyError(f"{source}: episodes: expected a list of scripts")
             for i, item in enumerate(items):
                 where = source if len(items) == 1 and items[0] is rec.data else f"{source}:episodes[{i}]"
-                scripts.append(_recorded(where, rec.source, rec.record, item) if is_recorded_episode(item)
-                               else _script(where, item))
+                scripts.append(
+                    _recorded(where, rec.source, rec.record, item)
+                    if is_recorded_episode(item)
+                    else _script(where, item)
+                )
         if not scripts:
             raise PolicyError(f"no replay scripts or recorded episodes in {path}")
         return cls(scripts)
@@ -139,8 +143,9 @@ class ReplayPolicy:
         return mine[episode_index % len(mine)]
 
     def play(self, episode: Episode, episode_index: int = 0) -> None:
-        script = self.script_for(episode.scenario, episode.task_idx if episode.task_idx is not None else -1,
-                                 episode_index)
+        script = self.script_for(
+            episode.scenario, episode.task_idx if episode.task_idx is not None else -1, episode_index
+        )
         episode.notes.append(f"replay {script.source}" + (f" ({script.label})" if script.label else ""))
         observed: list[dict[str, Any]] = []
         for name, args in script.calls:
@@ -158,13 +163,20 @@ class ReplayPolicy:
 
 def _check_replay(episode: Episode, expected: list[str], observed: list[dict[str, Any]]) -> None:
     """Mark each replayed step with whether its observation equals the recorded one (timestamps aside)."""
-    matches = [normalize_timestamps(observation_text(obs)) == normalize_timestamps(want)
-               for obs, want in zip(observed, expected, strict=False)]
-    for step, ok in zip(episode.steps[-len(observed):] if observed else [], matches, strict=True):
+    matches = [
+        normalize_timestamps(observation_text(obs)) == normalize_timestamps(want)
+        for obs, want in zip(observed, expected, strict=False)
+    ]
+    for step, ok in zip(episode.steps[-len(observed) :] if observed else [], matches, strict=True):
         step["replay_match"] = ok
-    episode.notes.append(f"replay check: {sum(matches)}/{len(expected)} observations match the recording"
-                         + (f" ({len(expected) - len(observed)} not replayed: the episode ended)"
-                            if len(observed) < len(expected) else ""))
+    episode.notes.append(
+        f"replay check: {sum(matches)}/{len(expected)} observations match the recording"
+        + (
+            f" ({len(expected) - len(observed)} not replayed: the episode ended)"
+            if len(observed) < len(expected)
+            else ""
+        )
+    )
 
 
 def is_recorded_episode(data: Any) -> bool:
@@ -172,8 +184,9 @@ def is_recorded_episode(data: Any) -> bool:
     if not isinstance(data, dict):
         return False
     steps = data.get("steps")
-    return "trajectory" in data or (isinstance(steps, list) and any(
-        isinstance(s, dict) and isinstance(s.get("action"), dict) for s in steps))
+    return "trajectory" in data or (
+        isinstance(steps, list) and any(isinstance(s, dict) and isinstance(s.get("action"), dict) for s in steps)
+    )
 
 
 def _is_verifier_call(name: str, arguments: Any) -> bool:
@@ -183,8 +196,11 @@ def _is_verifier_call(name: str, arguments: Any) -> bool:
 def _recorded(where: str, source: str, record: str, data: dict[str, Any]) -> Script:
     """A recorded episode as a script whose ``expected`` holds the recorded observations."""
     verification = data.get("verification")
-    body = {**data, "steps": [*data["steps"], verification]} if isinstance(verification, dict) and isinstance(
-        data.get("steps"), list) else data
+    body = (
+        {**data, "steps": [*data["steps"], verification]}
+        if isinstance(verification, dict) and isinstance(data.get("steps"), list)
+        else data
+    )
     if body.get("reward") is None:  # replay needs no reward; a recording without one is still replayable
         body = {**body, "reward": 0.0}
     try:
@@ -246,9 +262,14 @@ def fill_system_prompt(template: str, scenario: str) -> str:
 
 def mcp_tool_to_schema(tool: dict[str, Any]) -> dict[str, Any]:
     """An MCP tool object as the OpenAI/chat-template function schema."""
-    return {"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
-                                             "parameters": tool.get("inputSchema") or {"type": "object",
-                                                                                       "properties": {}}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": tool.get("description", ""),
+            "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
+        },
+    }
 
 
 @dataclass
@@ -282,19 +303,23 @@ class ModelPolicy:
     def __post_init__(self) -> None:
         from trl.chat_template_utils import add_response_schema
 
-        if getattr(self.tokenizer, "response_template", None) is None and getattr(
-                self.tokenizer, "response_schema", None) is None:
+        if (
+            getattr(self.tokenizer, "response_template", None) is None
+            and getattr(self.tokenizer, "response_schema", None) is None
+        ):
             try:
                 self.tokenizer = add_response_schema(self.tokenizer)
             except ValueError as exc:
                 raise PolicyError(f"TRL cannot parse tool calls for this chat template: {exc}") from None
 
-    def _generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[list[int], list[int],
-                                                                                           list[float]]:
+    def _generate(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[list[int], list[int], list[float]]:
         import torch
 
-        prompt_ids = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                        tokenize=True, return_dict=False)
+        prompt_ids = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "keys"):
             prompt_ids = prompt_ids["input_ids"]
         prompt_ids = list(prompt_ids)
@@ -303,12 +328,19 @@ class ModelPolicy:
         self._calls += 1
         inputs = torch.tensor([prompt_ids], device=self.model.device)
         with torch.no_grad():
-            out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=True,
-                                      temperature=self.temperature, top_p=self.top_p, top_k=0,
-                                      max_new_tokens=self.max_new_tokens, output_logits=True,
-                                      return_dict_in_generate=True,
-                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
-        completion = out.sequences[0, len(prompt_ids):].tolist()
+            out = self.model.generate(
+                inputs,
+                attention_mask=torch.ones_like(inputs),
+                do_sample=True,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=0,
+                max_new_tokens=self.max_new_tokens,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            )
+        completion = out.sequences[0, len(prompt_ids) :].tolist()
         logprobs = []
         for tok, logits in zip(completion, out.logits, strict=False):
             lp = torch.log_softmax(logits[0].float() / self.temperature, dim=-1)[tok]

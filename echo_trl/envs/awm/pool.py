@@ -142,10 +142,20 @@ class ServerPool:
     bounds how long a call waits for a busy server before :class:`PoolError`.
     """
 
-    def __init__(self, max_servers: int = 4, *, tool_timeout: float = 30.0, verifier_timeout: float = 30.0,
-                 verifier_mode: str = "code", judge: Judge | None = None, rewards: RewardConfig | None = None,
-                 containment: sandbox.Containment | None = None, wait_timeout: float = 600.0,
-                 unsafe_no_sandbox: bool = False, **runtime_kwargs: Any):
+    def __init__(
+        self,
+        max_servers: int = 4,
+        *,
+        tool_timeout: float = 30.0,
+        verifier_timeout: float = 30.0,
+        verifier_mode: str = "code",
+        judge: Judge | None = None,
+        rewards: RewardConfig | None = None,
+        containment: sandbox.Containment | None = None,
+        wait_timeout: float = 600.0,
+        unsafe_no_sandbox: bool = False,
+        **runtime_kwargs: Any,
+    ):
         if max_servers < 1:
             raise PoolError(f"max_servers must be >= 1, got {max_servers}")
         self.max_servers = max_servers
@@ -153,9 +163,15 @@ class ServerPool:
         self.judge, self.rewards = judge, rewards or RewardConfig()
         self.containment = containment or sandbox.require_containment(unsafe_no_sandbox)
         self.wait_timeout = wait_timeout
-        self._runtime_kwargs = {"tool_timeout": tool_timeout, "verifier_timeout": verifier_timeout,
-                                "verifier_mode": verifier_mode, "judge": judge, "rewards": self.rewards,
-                                "containment": self.containment, **runtime_kwargs}
+        self._runtime_kwargs = {
+            "tool_timeout": tool_timeout,
+            "verifier_timeout": verifier_timeout,
+            "verifier_mode": verifier_mode,
+            "judge": judge,
+            "rewards": self.rewards,
+            "containment": self.containment,
+            **runtime_kwargs,
+        }
         self.root = Path(tempfile.mkdtemp(prefix="echo_trl_awm_pool_"))
         os.chmod(self.root, 0o755)
         (self.root / "owner.pid").write_text(str(os.getpid()))  # episode.remove_stale_dirs() knows this dir
@@ -226,13 +242,16 @@ class ServerPool:
             with self._cond:
                 if self._closed:
                     raise PoolError("the server pool is closed")
-                decision = choose_slot([s.state for s in self._slots.values()], scenario.name, occupant,
-                                       self.max_servers)
+                decision = choose_slot(
+                    [s.state for s in self._slots.values()], scenario.name, occupant, self.max_servers
+                )
                 if decision.action == "wait":
                     self.stats.waits += 1
                     if not self._cond.wait(timeout=max(0.0, deadline - time.monotonic())):
-                        raise PoolError(f"no server for scenario {scenario.name!r} came free within "
-                                        f"{self.wait_timeout:g}s (max_servers={self.max_servers}, all in use)")
+                        raise PoolError(
+                            f"no server for scenario {scenario.name!r} came free within "
+                            f"{self.wait_timeout:g}s (max_servers={self.max_servers}, all in use)"
+                        )
                     continue
                 if decision.action == "reuse":
                     slot = self._slots[decision.slot]
@@ -263,7 +282,9 @@ class ServerPool:
             slot.runtime = AWMRuntime(scenario, **self._runtime_kwargs).start()
             slot.mcp = slot.runtime._session()
         except MCPError as exc:
-            raise ScenarioError(f"MCP handshake with the scenario server failed: {exc}", scenario=scenario.name) from None
+            raise ScenarioError(
+                f"MCP handshake with the scenario server failed: {exc}", scenario=scenario.name
+            ) from None
         self.stats.starts += 1
         self.stats.start_seconds.append(time.perf_counter() - t0)
 
@@ -275,8 +296,14 @@ class ServerPool:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def new_episode(self, scenario: str, task_idx: int | None = None, *, task: str | None = None,
-                    format_error_ends_episode: bool = False) -> Episode:
+    def new_episode(
+        self,
+        scenario: str,
+        task_idx: int | None = None,
+        *,
+        task: str | None = None,
+        format_error_ends_episode: bool = False,
+    ) -> Episode:
         """A fresh episode of ``scenario`` on its own copy of the initial database."""
         if self._closed:
             raise PoolError("the server pool is closed")
@@ -290,7 +317,9 @@ class ServerPool:
         view = PooledRuntime(self, self.scenario(scenario), prepared, session, format_error_ends_episode)
         return Episode(view, task, task_idx, session)  # type: ignore[arg-type]
 
-    def call_tool(self, session: PooledSession, name: str, arguments: dict[str, Any], timeout: float | None) -> ToolOutcome:
+    def call_tool(
+        self, session: PooledSession, name: str, arguments: dict[str, Any], timeout: float | None
+    ) -> ToolOutcome:
         """One tool call of ``session`` on a leased server holding the session's database."""
         with self._lease(session.scenario, session.id) as slot:
             assert slot.runtime is not None and slot.mcp is not None
@@ -322,8 +351,11 @@ class ServerPool:
     def live_servers(self) -> list[tuple[str, int]]:
         """(scenario, server pid) of every live server, for monitoring and benchmarks."""
         with self._cond:
-            return [(s.state.scenario, s.runtime.server.proc.pid) for s in self._slots.values()
-                    if s.runtime is not None and s.runtime.server is not None and s.runtime.server.proc is not None]
+            return [
+                (s.state.scenario, s.runtime.server.proc.pid)
+                for s in self._slots.values()
+                if s.runtime is not None and s.runtime.server is not None and s.runtime.server.proc is not None
+            ]
 
     def close(self) -> None:
         """Stop every server and remove the pool's temp dir; idempotent, never raises."""
@@ -373,8 +405,14 @@ class PooledSession:
 class PooledRuntime:
     """What an :class:`Episode` needs of its runtime, for one pooled session."""
 
-    def __init__(self, pool: ServerPool, scenario: Scenario, prepared: _Prepared, session: PooledSession,
-                 format_error_ends_episode: bool):
+    def __init__(
+        self,
+        pool: ServerPool,
+        scenario: Scenario,
+        prepared: _Prepared,
+        session: PooledSession,
+        format_error_ends_episode: bool,
+    ):
         self.pool, self.scenario, self.session = pool, scenario, session
         self.tools, self.snapshot = prepared.tools, prepared.snapshot
         self.rewards, self.containment, self.tool_timeout = pool.rewards, pool.containment, pool.tool_timeout
@@ -385,11 +423,27 @@ class PooledRuntime:
     def server(self):
         return self.session.server
 
-    def run_verifier(self, task_idx: int | None, *, final_answer: str | None = None, task: str = "",
-                     trajectory: list[dict[str, Any]] | None = None) -> VerifyOutcome:
+    def run_verifier(
+        self,
+        task_idx: int | None,
+        *,
+        final_answer: str | None = None,
+        task: str = "",
+        trajectory: list[dict[str, Any]] | None = None,
+    ) -> VerifyOutcome:
         """The task's verifier on the session's own database copy (no server needed)."""
         p = self.pool
-        return verify_databases(self.scenario, task_idx, self.snapshot, self.session.db, p.root / "verify",
-                                verifier_mode=p.verifier_mode, timeout=p.verifier_timeout, judge=p.judge,
-                                containment=p.containment, final_answer=final_answer, task=task,
-                                trajectory=trajectory)
+        return verify_databases(
+            self.scenario,
+            task_idx,
+            self.snapshot,
+            self.session.db,
+            p.root / "verify",
+            verifier_mode=p.verifier_mode,
+            timeout=p.verifier_timeout,
+            judge=p.judge,
+            containment=p.containment,
+            final_answer=final_answer,
+            task=task,
+            trajectory=trajectory,
+        )

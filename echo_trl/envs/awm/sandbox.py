@@ -72,16 +72,22 @@ class Limits:
 
     def prlimit_args(self) -> list[str]:
         out = ["--core=0"]
-        for flag, value in (("as", self.address_space), ("cpu", self.cpu_seconds), ("fsize", self.file_size),
-                            ("nofile", self.open_files), ("nproc", self.processes)):
+        for flag, value in (
+            ("as", self.address_space),
+            ("cpu", self.cpu_seconds),
+            ("fsize", self.file_size),
+            ("nofile", self.open_files),
+            ("nproc", self.processes),
+        ):
             if value is not None:
                 out.append(f"--{flag}={int(value)}")
         return out
 
 
 SERVER_LIMITS = Limits()
-VERIFIER_LIMITS = Limits(address_space=2 << 30, cpu_seconds=None, file_size=64 << 20, open_files=64, processes=32,
-                         session_memory=2 << 30)
+VERIFIER_LIMITS = Limits(
+    address_space=2 << 30, cpu_seconds=None, file_size=64 << 20, open_files=64, processes=32, session_memory=2 << 30
+)
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,23 @@ class Containment:
     def applied(self) -> list[str]:
         """Human-readable list of the layers in force (for capture logs and episode metadata)."""
         if not self.contained:
-            return ["NONE: generated code runs uncontained (unsafe_no_sandbox / --unsafe-no-sandbox)",
-                    "rlimits per process", "scrubbed environment", "own process group"]
-        return ["bubblewrap: user namespace, uid/gid 65534 on the host, no capabilities",
-                "pid, net, ipc, uts, cgroup namespaces; no nested user namespaces",
-                "fresh /proc, minimal read-only /dev, private /tmp",
-                "read-only root: /usr, Python runtime, named files; one writable episode dir",
-                "die-with-parent, new session (no terminal), cleared environment",
-                "rlimits per process (AS, CPU, FSIZE, NOFILE, CORE=0), RLIMIT_NPROC per sandbox",
-                f"session memory + processes: {self.session.describe()}" if self.session.version else
-                f"session: RLIMIT_NPROC only, {self.session.describe()}"]
+            return [
+                "NONE: generated code runs uncontained (unsafe_no_sandbox / --unsafe-no-sandbox)",
+                "rlimits per process",
+                "scrubbed environment",
+                "own process group",
+            ]
+        return [
+            "bubblewrap: user namespace, uid/gid 65534 on the host, no capabilities",
+            "pid, net, ipc, uts, cgroup namespaces; no nested user namespaces",
+            "fresh /proc, minimal read-only /dev, private /tmp",
+            "read-only root: /usr, Python runtime, named files; one writable episode dir",
+            "die-with-parent, new session (no terminal), cleared environment",
+            "rlimits per process (AS, CPU, FSIZE, NOFILE, CORE=0), RLIMIT_NPROC per sandbox",
+            f"session memory + processes: {self.session.describe()}"
+            if self.session.version
+            else f"session: RLIMIT_NPROC only, {self.session.describe()}",
+        ]
 
     def to_json(self) -> dict:
         return {"contained": self.contained, "applied": self.applied(), "notes": list(self.notes)}
@@ -142,9 +155,11 @@ def require_containment(unsafe_no_sandbox: bool = False) -> Containment:
     c = detect_containment()
     if c.contained:
         return c
-    raise ContainmentUnavailable(f"refusing to run generated AWM code uncontained: {c.notes[0]}; install "
-                                 "echo-trl[awm] on a Linux host with user namespaces, or pass --unsafe-no-sandbox "
-                                 "(unsafe_no_sandbox=True) to run it without a sandbox")
+    raise ContainmentUnavailable(
+        f"refusing to run generated AWM code uncontained: {c.notes[0]}; install "
+        "echo-trl[awm] on a Linux host with user namespaces, or pass --unsafe-no-sandbox "
+        "(unsafe_no_sandbox=True) to run it without a sandbox"
+    )
 
 
 def bwrap_binary() -> str:
@@ -192,8 +207,13 @@ def _probe(cand: Containment) -> str | None:
     probe = Path(tempfile.mkdtemp(prefix="echo_trl_probe_"))
     try:
         os.chmod(probe, 0o755)
-        proc = spawn([sys.executable, "-I", "-c", "import sqlite3, json"], cwd=str(probe), writable=[str(probe)],
-                     containment=cand, stdout=subprocess.PIPE)
+        proc = spawn(
+            [sys.executable, "-I", "-c", "import sqlite3, json"],
+            cwd=str(probe),
+            writable=[str(probe)],
+            containment=cand,
+            stdout=subprocess.PIPE,
+        )
         try:
             out, _ = proc.communicate(timeout=60)
         finally:
@@ -211,17 +231,29 @@ def _probe(cand: Containment) -> str | None:
 
 def base_env(extra: dict[str, str] | None = None, *, home: str) -> dict[str, str]:
     """The whole environment generated code sees: nothing inherited, no tokens."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home,
-           "SQLITE_TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0",
-           "NO_PROXY": "*"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": home,
+        "SQLITE_TMPDIR": home,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "0",
+        "NO_PROXY": "*",
+    }
     env.update(extra or {})
     return env
 
 
 def _python_roots() -> list[str]:
     """What the sandboxed Python needs, read-only: its prefix(es) and package directories."""
-    paths = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-             *site.getsitepackages()]
+    paths = [
+        sys.base_prefix,
+        sys.prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+        *site.getsitepackages(),
+    ]
     return [p for p in paths if os.path.isdir(p)]
 
 
@@ -252,23 +284,46 @@ def _expose_to_sandbox_uid(paths: list[str], writable: list[str]) -> list[str]:
     for b, inside in sorted(blocked.items()):
         args += ["--perms", "0755", "--tmpfs", b]
         for p in inside:
-            for d in list(reversed(Path(p).parents))[len(Path(b).parts):]:
+            for d in list(reversed(Path(p).parents))[len(Path(b).parts) :]:
                 args += ["--perms", "0755", "--dir", str(d)]
             args += ["--bind" if p in writable else "--ro-bind", p, p]
     return args
 
 
-def build_command(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str], env: dict[str, str],
-                  limits: Limits, containment: Containment) -> list[str]:
+def build_command(
+    argv: list[str],
+    *,
+    cwd: str,
+    writable: list[str],
+    readonly: list[str],
+    env: dict[str, str],
+    limits: Limits,
+    containment: Containment,
+) -> list[str]:
     """The command line that runs ``argv`` under ``containment`` (bwrap, or rlimits only when unsafe)."""
     prlimit = [shutil.which("prlimit") or "prlimit", *limits.prlimit_args(), "--"]
     if not containment.contained:
         return (prlimit if shutil.which("prlimit") else []) + argv
     bwrap = str(containment.bwrap)
     uid = str(SANDBOX_UID)
-    inner = [bwrap, "--unshare-user", "--uid", uid, "--gid", uid, "--disable-userns", "--unshare-pid",
-             "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-             "--cap-drop", "ALL", "--clearenv"]
+    inner = [
+        bwrap,
+        "--unshare-user",
+        "--uid",
+        uid,
+        "--gid",
+        uid,
+        "--disable-userns",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     for key, value in base_env(env, home=cwd).items():
         inner += ["--setenv", key, value]
     for d in _SYSTEM_DIRS:
@@ -288,10 +343,22 @@ def build_command(argv: list[str], *, cwd: str, writable: list[str], readonly: l
     if not containment.drop_root:
         return inner
     bwrap_home = str(Path(bwrap).resolve().parent.parent.parent)  # site-packages: bwrap + its bundled libcap
-    outer = [bwrap, "--dev-bind", "/", "/", "--die-with-parent",
-             *_expose_to_sandbox_uid(_outermost(ro + [bwrap_home]) + rw, rw)]
-    setpriv = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-               "--no-new-privs", "--"]
+    outer = [
+        bwrap,
+        "--dev-bind",
+        "/",
+        "/",
+        "--die-with-parent",
+        *_expose_to_sandbox_uid(_outermost(ro + [bwrap_home]) + rw, rw),
+    ]
+    setpriv = [
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+    ]
     return outer + ["--", *setpriv, *inner]
 
 
@@ -306,9 +373,17 @@ _live: dict[int, subprocess.Popen] = {}
 _live_lock = threading.Lock()
 
 
-def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str] | tuple[str, ...] = (), env: dict[str, str] | None = None,
-          limits: Limits = SERVER_LIMITS, containment: Containment | None = None,
-          stdout=subprocess.DEVNULL) -> subprocess.Popen:
+def spawn(
+    argv: list[str],
+    *,
+    cwd: str,
+    writable: list[str],
+    readonly: list[str] | tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    limits: Limits = SERVER_LIMITS,
+    containment: Containment | None = None,
+    stdout=subprocess.DEVNULL,
+) -> subprocess.Popen:
     """Start ``argv`` contained, in its own process group, registered for cleanup.
 
     ``readonly`` files/dirs (e.g. the bootstrap script) and ``writable`` dirs appear at the
@@ -322,8 +397,9 @@ def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str]
             for d, _dirs, files in os.walk(w):
                 for path in [d, *(os.path.join(d, f) for f in files)]:
                     os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-    cmd = build_command(argv, cwd=cwd, writable=writable, readonly=readonly, env=env or {}, limits=limits,
-                        containment=containment)
+    cmd = build_command(
+        argv, cwd=cwd, writable=writable, readonly=readonly, env=env or {}, limits=limits, containment=containment
+    )
     groups = []
     if containment.contained and containment.session.version:
         groups = cgroups.create(containment.session, memory=limits.session_memory, processes=limits.processes)
@@ -333,8 +409,16 @@ def spawn(argv: list[str], *, cwd: str, writable: list[str], readonly: list[str]
         popen_env = base_env(env, home=cwd)
 
     def start() -> subprocess.Popen:
-        return subprocess.Popen(cmd, env=popen_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            cmd,
+            env=popen_env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
 
     try:
         proc = _spawner.submit(start).result()

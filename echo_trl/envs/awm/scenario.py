@@ -44,11 +44,11 @@ VERIFIER_MODES = ("code", "sql")
 class ScenarioError(EchoTrlError):
     """Scenario data that cannot be used; names the scenario, file:line and field."""
 
-    def __init__(self, message: str, *, scenario: str = "", source: str = "", line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self, message: str, *, scenario: str = "", source: str = "", line: int | None = None, field: str | None = None
+    ):
         self.message, self.scenario, self.source, self.line, self.field = message, scenario, source, line, field
-        where = [f"scenario {scenario!r}" if scenario else "", f"{source}:{line}" if line else source,
-                 field or ""]
+        where = [f"scenario {scenario!r}" if scenario else "", f"{source}:{line}" if line else source, field or ""]
         super().__init__(": ".join([w for w in where if w] + [message]))
 
 
@@ -82,8 +82,12 @@ class Scenario:
         if not self.tasks:
             raise ScenarioError("no tasks (missing from gen_tasks.jsonl)", scenario=self.name, field="tasks")
         if not 0 <= task_idx < len(self.tasks):
-            raise ScenarioError(f"task_idx {task_idx} out of range 0..{len(self.tasks) - 1}",
-                                scenario=self.name, source=self.sources.get("tasks", ""), field="tasks")
+            raise ScenarioError(
+                f"task_idx {task_idx} out of range 0..{len(self.tasks) - 1}",
+                scenario=self.name,
+                source=self.sources.get("tasks", ""),
+                field="tasks",
+            )
         return self.tasks[task_idx]
 
     def require(self, part: str) -> Any:
@@ -105,8 +109,14 @@ class Scenario:
 class ScenarioSource:
     """Where ``gen_*.jsonl`` files come from: a local directory or the Hub (through its cache)."""
 
-    def __init__(self, directory: str | Path | None = None, *, hub_repo: str | None = None,
-                 revision: str | None = None, cache_dir: str | Path | None = None):
+    def __init__(
+        self,
+        directory: str | Path | None = None,
+        *,
+        hub_repo: str | None = None,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+    ):
         if (directory is None) == (hub_repo is None):
             raise ValueError("give exactly one of directory or hub_repo")
         self.directory = Path(directory) if directory is not None else None
@@ -123,8 +133,9 @@ class ScenarioSource:
         return cls(directory)
 
     @classmethod
-    def from_hub(cls, repo_id: str = HUB_REPO_ID, *, revision: str | None = None,
-                 cache_dir: str | Path | None = None) -> ScenarioSource:
+    def from_hub(
+        cls, repo_id: str = HUB_REPO_ID, *, revision: str | None = None, cache_dir: str | Path | None = None
+    ) -> ScenarioSource:
         return cls(hub_repo=repo_id, revision=revision, cache_dir=cache_dir)
 
     def __repr__(self) -> str:
@@ -142,13 +153,18 @@ class ScenarioSource:
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
         try:
-            return Path(hf_hub_download(self.hub_repo, filename, repo_type="dataset", revision=self.revision,
-                                        cache_dir=self.cache_dir))
+            return Path(
+                hf_hub_download(
+                    self.hub_repo, filename, repo_type="dataset", revision=self.revision, cache_dir=self.cache_dir
+                )
+            )
         except LocalEntryNotFoundError as exc:  # (a subclass of EntryNotFoundError: test it first)
             raise ScenarioError(
                 f"{filename} is not in the Hugging Face cache and the Hub cannot be reached "
                 f"(offline: HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}); download it once online "
-                f"or pass --data DIR", source=f"hf://datasets/{self.hub_repo}/{filename}") from exc
+                f"or pass --data DIR",
+                source=f"hf://datasets/{self.hub_repo}/{filename}",
+            ) from exc
         except EntryNotFoundError:
             return None
 
@@ -172,10 +188,13 @@ class ScenarioSource:
                 except ValueError as exc:
                     if scenario is None:
                         raise ScenarioError(f"invalid JSON: {exc}", source=filename, line=lineno) from None
-                    raise ScenarioError(f"invalid JSON: {exc}", scenario=scenario, source=filename,
-                                        line=lineno) from None
+                    raise ScenarioError(
+                        f"invalid JSON: {exc}", scenario=scenario, source=filename, line=lineno
+                    ) from None
                 if not isinstance(record, dict):
-                    raise ScenarioError("expected a JSON object", scenario=scenario or "", source=filename, line=lineno)
+                    raise ScenarioError(
+                        "expected a JSON object", scenario=scenario or "", source=filename, line=lineno
+                    )
                 if scenario is None or record.get(key) == scenario:
                     out.append((filename, lineno, record))
         return out
@@ -230,8 +249,9 @@ class ScenarioSource:
                 ver = _get(rec, "verification", dict, where)
                 code = _get(ver, "code", str, where, prefix="verification.")
                 raw = ver.get("raw_response") if isinstance(ver.get("raw_response"), str) else ""
-                sc.verifiers[(idx, mode)] = VerifierSpec(name, idx, mode, code, verifier_function(code, mode),
-                                                         f"{src}:{line}", raw)
+                sc.verifiers[(idx, mode)] = VerifierSpec(
+                    name, idx, mode, code, verifier_function(code, mode), f"{src}:{line}", raw
+                )
         if not found:
             where = self.directory or f"hf://datasets/{self.hub_repo}"
             raise ScenarioError(f"not found in {where}", scenario=name)
@@ -243,12 +263,13 @@ def verifier_function(code: str, mode: str) -> str:
     """The verifier's entry point: the first top-level ``def verify_*`` (AWM's own rule)."""
     for line in code.splitlines():
         if line.startswith("def verify_") and "(" in line:
-            return line[4:line.index("(")].strip()
+            return line[4 : line.index("(")].strip()
     return "verify_task_completion" if mode == "code" else "verify_task"
 
 
-def _get(obj: dict[str, Any], key: str, kind: type, where: dict[str, Any], *, required: bool = True,
-         prefix: str = "") -> Any:
+def _get(
+    obj: dict[str, Any], key: str, kind: type, where: dict[str, Any], *, required: bool = True, prefix: str = ""
+) -> Any:
     if key not in obj or obj[key] is None:
         if not required:
             return None
@@ -283,6 +304,7 @@ def _validate_samples(samples: dict[str, Any], where: dict[str, Any]) -> dict[st
         stmts = _get(t, "insert_statements", list, where, prefix=here + ".")
         for j, s in enumerate(stmts):
             if not isinstance(s, str):
-                raise ScenarioError(f"expected a SQL string, got {type(s).__name__}",
-                                    field=f"{here}.insert_statements[{j}]", **where)
+                raise ScenarioError(
+                    f"expected a SQL string, got {type(s).__name__}", field=f"{here}.insert_statements[{j}]", **where
+                )
     return samples

@@ -28,8 +28,16 @@ MAX_SOCKET_PATH = 107  # sun_path limit on Linux, minus the NUL
 class ScenarioServer:
     """Start/stop the scenario's server over the database at ``db_path`` (inside ``server_dir``)."""
 
-    def __init__(self, scenario: Scenario, server_dir: Path, db_path: Path, log_path: Path, *,
-                 containment: sandbox.Containment | None = None, start_timeout: float = 60.0):
+    def __init__(
+        self,
+        scenario: Scenario,
+        server_dir: Path,
+        db_path: Path,
+        log_path: Path,
+        *,
+        containment: sandbox.Containment | None = None,
+        start_timeout: float = 60.0,
+    ):
         self.scenario, self.server_dir, self.db_path, self.log_path = scenario, server_dir, db_path, log_path
         self.socket_path = str(server_dir / "mcp.sock")
         self.ready_path = str(server_dir / "mcp.sock.ready")
@@ -42,32 +50,46 @@ class ScenarioServer:
         """Start the server and wait until its socket accepts connections; returns seconds taken."""
         code = self.scenario.require("env_code")
         if len(self.socket_path) > MAX_SOCKET_PATH:
-            raise ScenarioError(f"socket path too long for a Unix socket ({len(self.socket_path)} chars): "
-                                f"{self.socket_path}; set TMPDIR to a shorter directory", scenario=self.scenario.name)
+            raise ScenarioError(
+                f"socket path too long for a Unix socket ({len(self.socket_path)} chars): "
+                f"{self.socket_path}; set TMPDIR to a shorter directory",
+                scenario=self.scenario.name,
+            )
         app = self.server_dir / "app.py"
         app.write_text(code, encoding="utf-8")
         self._clear_socket_path()
         t0 = time.perf_counter()
         with open(self.log_path, "ab") as log:
-            self.proc = sandbox.spawn([sys.executable, "-I", SERVE, str(app), str(self.db_path), self.socket_path,
-                                       self.ready_path],
-                                      cwd=str(self.server_dir), writable=[str(self.server_dir)], readonly=[SERVE], stdout=log,
-                                      limits=sandbox.SERVER_LIMITS, containment=self.containment)
+            self.proc = sandbox.spawn(
+                [sys.executable, "-I", SERVE, str(app), str(self.db_path), self.socket_path, self.ready_path],
+                cwd=str(self.server_dir),
+                writable=[str(self.server_dir)],
+                readonly=[SERVE],
+                stdout=log,
+                limits=sandbox.SERVER_LIMITS,
+                containment=self.containment,
+            )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 rc = self.proc.returncode
                 self.stop()
-                raise ScenarioError(f"the scenario server exited during start-up (exit code {rc}); "
-                                    f"server log:\n{self.log_tail()}", scenario=self.scenario.name,
-                                    source=self.scenario.sources.get("env_code", ""), field="full_code")
+                raise ScenarioError(
+                    f"the scenario server exited during start-up (exit code {rc}); server log:\n{self.log_tail()}",
+                    scenario=self.scenario.name,
+                    source=self.scenario.sources.get("env_code", ""),
+                    field="full_code",
+                )
             if self._ready():
                 self.start_seconds = time.perf_counter() - t0
                 return self.start_seconds
             time.sleep(0.02)
         self.stop()
-        raise ScenarioError(f"the scenario server did not start within {self.start_timeout:g}s; server log:\n"
-                            f"{self.log_tail()}", scenario=self.scenario.name, field="full_code")
+        raise ScenarioError(
+            f"the scenario server did not start within {self.start_timeout:g}s; server log:\n{self.log_tail()}",
+            scenario=self.scenario.name,
+            field="full_code",
+        )
 
     def _clear_socket_path(self) -> None:
         """Unlink a stale or foreign socket (and an old ready marker): otherwise bind fails or we talk to it."""
@@ -77,8 +99,9 @@ class ScenarioServer:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise ScenarioError(f"cannot take over the server socket path {path}: {exc}",
-                                    scenario=self.scenario.name) from None
+                raise ScenarioError(
+                    f"cannot take over the server socket path {path}: {exc}", scenario=self.scenario.name
+                ) from None
 
     def _ready(self) -> bool:
         """Our child is alive and listening on the socket it bound (not on whatever else sits at the path)."""

@@ -26,8 +26,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-SCENARIOS = {"library_1": REPO / "data" / "awm_scenarios",
-             "content_platform_1": REPO.parent / "shared" / "data" / "awm1k_samples"}
+SCENARIOS = {
+    "library_1": REPO / "data" / "awm_scenarios",
+    "content_platform_1": REPO.parent / "shared" / "data" / "awm1k_samples",
+}
 
 #: Assistant texts whose parse by the official agent is recorded in ``tool_calls.json``.
 CALL_INPUTS = [
@@ -36,13 +38,13 @@ CALL_INPUTS = [
     '"arguments": "{\\"query\\": \\"Kurzgesagt\\"}"}}\n</tool_call>',
     # the system prompt's own example: unescaped quotes inside the JSON string
     '<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "get_weather", "arguments": "{"city": "Beijing"}"}}\n'
-    '</tool_call>',
+    "</tool_call>",
     '<tool_call>{"name": "mcp_tool_get_user", "arguments": {"user_id": 1}}</tool_call>',
     '<tool_call>\n{"name": "mcp_tool_list_items"}\n</tool_call>',
     '<tool_call>[{"name": "list_tools", "arguments": {}}]</tool_call>',
-    '<tool_call>[]</tool_call>',
+    "<tool_call>[]</tool_call>",
     '<tool_call>\n{"name": "call_tool", "arguments": "{\\"tool_name\\": \\"mcp_tool_a\\", \\"arguments\\": {\\"x\\": 2}}"}\n'
-    '</tool_call>',
+    "</tool_call>",
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "b", "arguments": "[1, 2]"}}</tool_call>',
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "c", "arguments": "  "}}</tool_call>',
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "d", "arguments": 7}}</tool_call>',
@@ -50,8 +52,8 @@ CALL_INPUTS = [
     "<tool_call>{'name': 'call_tool', 'arguments': {'tool_name': 'f', 'arguments': '{}'}}</tool_call>",
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "g", "arguments": "{\\"n\\": 1"}}</tool_call>',
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "h", "arguments": {"nested": {"a": [1]}}}',
-    '<tool_call>not json at all</tool_call>',
-    '<tool_call>   </tool_call>',
+    "<tool_call>not json at all</tool_call>",
+    "<tool_call>   </tool_call>",
     '<tool_call>"just a string"</tool_call>',
     '<tool_call>{"arguments": {}}</tool_call>',
     '<tool_call>{"name": "call_tool", "arguments": {}}</tool_call>',
@@ -62,11 +64,11 @@ CALL_INPUTS = [
     '<think>\nplan\n</think>\n\n<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_k", '
     '"arguments": "{\\"id\\": 3, \\"note\\": \\"caf\\u00e9\\"}"}}\n</tool_call>',
     '<tool_call>{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_u", "arguments": "{\\"t\\": \\"日本\\"}"}}'
-    '</tool_call>',
+    "</tool_call>",
     '<tool_call>{"name": "weather", "arguments": {"city": "Paris"}}</tool_call>',
     "The answer is 42.",
     "",
-    "<tool_call>{\"name\": \"list_tools\", \"arguments\": null}",
+    '<tool_call>{"name": "list_tools", "arguments": null}',
     '<tool_call>\n{"name": "call_tool", "arguments": {"tool_name": "mcp_tool_x", '
     '"arguments": "{\\"a\\": \\"see </tool_call> here\\"}"}}\n</tool_call>',
 ]
@@ -75,23 +77,39 @@ CALL_INPUTS = [
 EDGE_TOOLS = [
     {"name": "list_tools", "description": "the meta-tool itself: left out", "inputSchema": {}},
     {"name": "mcp_tool_already_prefixed", "description": "", "inputSchema": {"type": "object", "properties": {}}},
-    {"name": "multi_line", "description": "  First line.  \n\n  Second, indented.\n\n\n### Third\n  ",
-     "input_schema": {"type": "object", "required": ["q"], "properties": {
-         "q": {"type": "string", "description": "query\nover two lines"},
-         "flag": {"type": "boolean", "default": False},
-         "on": {"type": "boolean", "default": True, "description": ""},
-         "n": {"type": "number", "default": 0.5, "enum": [0.5, 1.0]},
-         "mode": {"enum": ["a", "b"], "default": "a"},
-         "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-         "kinds": {"type": ["string", "null"], "default": ["x"]},
-         "empty_enum": {"type": "string", "enum": []},
-         "filter": {"type": "object", "required": ["field"], "properties": {
-             "field": {"type": "string", "description": "which"},
-             "range": {"type": "object", "properties": {"lo": {"type": "integer", "default": {"k": 1}}}}}},
-         "plain_object": {"type": "object"}}}},
+    {
+        "name": "multi_line",
+        "description": "  First line.  \n\n  Second, indented.\n\n\n### Third\n  ",
+        "input_schema": {
+            "type": "object",
+            "required": ["q"],
+            "properties": {
+                "q": {"type": "string", "description": "query\nover two lines"},
+                "flag": {"type": "boolean", "default": False},
+                "on": {"type": "boolean", "default": True, "description": ""},
+                "n": {"type": "number", "default": 0.5, "enum": [0.5, 1.0]},
+                "mode": {"enum": ["a", "b"], "default": "a"},
+                "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                "kinds": {"type": ["string", "null"], "default": ["x"]},
+                "empty_enum": {"type": "string", "enum": []},
+                "filter": {
+                    "type": "object",
+                    "required": ["field"],
+                    "properties": {
+                        "field": {"type": "string", "description": "which"},
+                        "range": {"type": "object", "properties": {"lo": {"type": "integer", "default": {"k": 1}}}},
+                    },
+                },
+                "plain_object": {"type": "object"},
+            },
+        },
+    },
     {"name": "no_schema", "description": "No input schema at all."},
-    {"name": "unicode", "description": "Café — 日本", "inputSchema": {"properties": {
-        "naïve": {"type": "string", "description": "ünïcode", "default": "é"}}}},
+    {
+        "name": "unicode",
+        "description": "Café — 日本",
+        "inputSchema": {"properties": {"naïve": {"type": "string", "description": "ünïcode", "default": "é"}}},
+    },
 ]
 
 
@@ -104,12 +122,14 @@ def dump_tools(out: Path) -> None:
     for name, directory in SCENARIOS.items():
         with AWMRuntime(ScenarioSource.from_dir(directory).load(name)).start() as runtime:
             tools = runtime.tools
-        (out / f"{name}.tools.json").write_text(json.dumps(tools, ensure_ascii=False, indent=1) + "\n",
-                                               encoding="utf-8")
+        (out / f"{name}.tools.json").write_text(
+            json.dumps(tools, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
         print(f"{name}: {len(tools)} tools -> {out / f'{name}.tools.json'}")
     # our own scenario's tools are kept beside the expectations (the fast tests read them)
-    (HERE / "library_1.tools.json").write_text((out / "library_1.tools.json").read_text(encoding="utf-8"),
-                                               encoding="utf-8")
+    (HERE / "library_1.tools.json").write_text(
+        (out / "library_1.tools.json").read_text(encoding="utf-8"), encoding="utf-8"
+    )
 
 
 def write_official(tools_dir: Path, out: Path) -> None:
@@ -124,8 +144,9 @@ def write_official(tools_dir: Path, out: Path) -> None:
         (out / f"list_tools.{name}.txt").write_text(text, encoding="utf-8", newline="")
         print(f"{name}: {len(tools)} tools, list_tools reply {len(text)} chars")
     (out / "edge_tools.json").write_text(json.dumps(EDGE_TOOLS, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    (out / "list_tools.edge_tools.txt").write_text(agent.format_tools_for_response(EDGE_TOOLS), encoding="utf-8",
-                                                   newline="")
+    (out / "list_tools.edge_tools.txt").write_text(
+        agent.format_tools_for_response(EDGE_TOOLS), encoding="utf-8", newline=""
+    )
     cases = []
     for text in CALL_INPUTS:
         calls = [{"name": c["name"], "arguments": c["arguments"]} for c in agent.parse_tool_calls(text)]

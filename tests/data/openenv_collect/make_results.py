@@ -22,12 +22,22 @@ from openenv.core.harness.rollout import ResourceSession, ResourceSessionFactory
 from openenv.core.llm_client import LLMResponse, ToolCall
 
 HERE = Path(__file__).resolve().parent
-TOOLS = [Tool(name="find_member", description="Find a member by card number.",
-              input_schema={"type": "object", "properties": {"card": {"type": "string"}}, "required": ["card"]}),
-         Tool(name="list_loans", description="List a member's loans.",
-              input_schema={"type": "object", "properties": {"member_id": {"type": "integer"}}})]
-TASKS = [{"scenario": "library_1", "task_idx": 3, "task": "How many loans does card 2001-0042 have?"},
-         {"scenario": "library_1", "task_idx": 3, "task": "How many loans does card 2001-0042 have?"}]
+TOOLS = [
+    Tool(
+        name="find_member",
+        description="Find a member by card number.",
+        input_schema={"type": "object", "properties": {"card": {"type": "string"}}, "required": ["card"]},
+    ),
+    Tool(
+        name="list_loans",
+        description="List a member's loans.",
+        input_schema={"type": "object", "properties": {"member_id": {"type": "integer"}}},
+    ),
+]
+TASKS = [
+    {"scenario": "library_1", "task_idx": 3, "task": "How many loans does card 2001-0042 have?"},
+    {"scenario": "library_1", "task_idx": 3, "task": "How many loans does card 2001-0042 have?"},
+]
 #: Per episode: the model's turns (tool calls, then a final answer).
 SCRIPTS = [
     [[("find_member", {"card": "2001-0042"})], [("list_loans", {"member_id": 42})], "Card 2001-0042 has 2 loans."],
@@ -40,8 +50,10 @@ class Session(ResourceSession):
         self.task, self.episode_id = task, episode_id
 
     def initial_messages(self):
-        return [{"role": "system", "content": "You are the library's desk assistant."},
-                {"role": "user", "content": self.task["task"]}]
+        return [
+            {"role": "system", "content": "You are the library's desk assistant."},
+            {"role": "user", "content": self.task["task"]},
+        ]
 
     def list_tools(self):
         return list(TOOLS)
@@ -55,8 +67,9 @@ class Session(ResourceSession):
 
     def verify(self, transcript, final_state=None):
         answer = transcript[-1].get("content") or ""
-        return VerifyResult(env_reward=1.0 if "2 loans" in answer else 0.0, done=True,
-                            metrics={"answer_chars": len(answer)})
+        return VerifyResult(
+            env_reward=1.0 if "2 loans" in answer else 0.0, done=True, metrics={"answer_chars": len(answer)}
+        )
 
     def close(self):
         pass
@@ -77,14 +90,21 @@ def main() -> None:
         turn = next(turns[episode["i"]])
         if isinstance(turn, str):
             return ModelStepResult(response=LLMResponse(content=turn))
-        calls = [ToolCall(id=f"call_{episode['i']}_{len(messages)}_{k}", name=n, args=a) for k, (n, a) in enumerate(turn)]
+        calls = [
+            ToolCall(id=f"call_{episode['i']}_{len(messages)}_{k}", name=n, args=a) for k, (n, a) in enumerate(turn)
+        ]
         return ModelStepResult(response=LLMResponse(content="", tool_calls=calls))
 
     out = HERE / "out"
     shutil.rmtree(out, ignore_errors=True)
     serializer = RolloutSerializer(out)
-    runner = CollectRunner(session_factory=Factory(), harness_adapter=MCPHarnessAdapter(), serializer=serializer,
-                           tasks=TASKS, limits=HarnessRunLimits(max_turns=5))
+    runner = CollectRunner(
+        session_factory=Factory(),
+        harness_adapter=MCPHarnessAdapter(),
+        serializer=serializer,
+        tasks=TASKS,
+        limits=HarnessRunLimits(max_turns=5),
+    )
     result = runner.run(model_step=model_step, num_episodes=len(SCRIPTS), resume=False)
     serializer.write_metadata({"env": "scripted library desk", "episodes": result.num_collected})
     for name in ("results.jsonl", "metadata.json"):
