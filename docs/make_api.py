@@ -42,7 +42,8 @@ EXTRA = [
     ("echo_trl.prefix.attention", ["enable_prefix_tree_attention", "shared_logps"]),
     ("echo_trl.prefix.order", ["prefix_grouped_order"]),
     ("echo_trl.train.behavior", ["add_initial_logprobs", "model_fingerprint"]),
-    ("echo_trl.data.cards", ["echo_card_section", "add_echo_section", "final_metrics", "dataset_card"]),
+    ("echo_trl.train.model_card", ["echo_card_section", "add_echo_section", "final_metrics"]),
+    ("echo_trl.data.card", ["dataset_card"]),
     ("echo_trl.train.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
     (
         "echo_trl.envs.awm.environment",

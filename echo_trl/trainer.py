@@ -16,7 +16,7 @@ hooks (TRL 1.16):
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each recorded
   trajectory once per epoch (not ``num_generations`` times), in an order of (seed, epoch): resumable;
 * ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
-* ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``cards.py``).
+* ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``train/model_card.py``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from .config import EchoGRPOConfig
-from .data.cards import ECHO_PAPER, add_echo_section
+from .data.card import ECHO_PAPER
 from .errors import EchoTrlError
 from .train import metrics, offline, trl_compat
 from .train.advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .train.behavior import add_initial_logprobs
 from .train.collator import CollatorSettings, collate_features, trajectory_features
 from .train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .train.model_card import add_echo_section
 from .train.offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
 from .train.online_masks import online_masks
 from .train.precision import FP16_WARNING, check_world_finite, uses_fp16

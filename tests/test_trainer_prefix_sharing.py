@@ -11,8 +11,10 @@ from test_trainer import batch, tiny_model, trajectory
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.tokens import cache as token_cache
+from echo_trl.tokens import tokenization
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens
-from echo_trl.train import collator, token_cache, tokenization
+from echo_trl.train import collator
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

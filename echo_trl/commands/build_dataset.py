@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, VERIFY_TURNS, SkippedRecord
-from ..data.cards import plural
+from ..data.card import plural
 from ..data.dataset import DATASET_MARKER, build_awm_dataset, save_dataset
 from ..outputs import check_output_dir
 

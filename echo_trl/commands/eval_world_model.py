@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
+from ..data.hub import locate
 from .cli import ArgumentParser
-from .loading import load_dataset_named, load_model, load_tokenizer, locate
+from .loading import load_dataset_named, load_model, load_tokenizer
 
 
 def parse_args(argv: list[str]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..data.cards import plural
+from ..data.card import plural
 from ..errors import EchoTrlError
 from ..progress import progress
 from ..tokens.stats import format_stats, token_stats

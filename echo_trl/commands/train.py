@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         from ..demo.run import main as demo_main
 
         return demo_main(argv[1:])
-    from .loading import check_config_file
+    from .config_file import check_config_file
 
     check_config_file(argv)
     parser = make_parser()
@@ -112,8 +112,9 @@ def main(argv: list[str]) -> int:
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
+    from ..data.hub import locate
     from ..trainer import EchoGRPOTrainer
-    from .loading import locate, resolve_checkpoint
+    from .checkpoints import resolve_checkpoint
 
     if not model_args.model_name_or_path:
         raise EchoTrlError("--model_name_or_path is required (run `echo-trl train` with no arguments for the demo)")

@@ -21,7 +21,7 @@ from ..errors import DatasetSchemaError, EpisodeError
 from ..outputs import atomic_output_dir
 from ..roles import Trajectory
 from .awm import DEFAULT_SYSTEM_PROMPT, FORMATS, SkippedRecord, load_awm_episodes
-from .cards import dataset_card
+from .card import dataset_card
 
 TOOL_CALL_FEATURE = {"type": Value("string"), "function": {"name": Value("string"), "arguments": Value("string")}}
 MESSAGE_FEATURE = {
