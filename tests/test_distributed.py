@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port
+from helpers.processes import free_port
 
 from echo_trl.data.dataset import build_awm_dataset, load_echo_dataset, save_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes

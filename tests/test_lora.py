@@ -11,8 +11,8 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_tokenizer
 from datasets import Dataset
+from helpers.tiny import tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
 from echo_trl.commands.cli import main as cli_main
@@ -104,7 +104,7 @@ def _check_reload_and_merge(model, base_dir, adapter_dir):
 
 
 def test_offline_peft_config(tmp_path, base_dir):
-    from test_trainer import dataset
+    from helpers.trainer import dataset
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
     trainer = EchoGRPOTrainer(
@@ -127,7 +127,7 @@ def test_offline_peft_config(tmp_path, base_dir):
 
 
 def test_cli_use_peft(tmp_path, base_dir):
-    from test_trainer import dataset
+    from helpers.trainer import dataset
 
     dataset(4).save_to_disk(str(tmp_path / "data"))
     out = tmp_path / "cli"
@@ -225,7 +225,7 @@ def test_online_tool_loop_with_peft_config(tmp_path, base_dir, monkeypatch):
 def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_path, base_dir):
     """behavior_policy="initial" with LoRA: the starting policy is the base model (a fresh adapter's B is 0),
     so the stored log-probs equal the plain base model's, computed here without PEFT."""
-    from test_trainer import batch, dataset, reference_logps
+    from helpers.trainer import batch, dataset, reference_logps
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
     trainer = EchoGRPOTrainer(

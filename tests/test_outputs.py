@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_awm import openenv_episode
+from helpers.episodes import openenv_episode
+from helpers.processes import unprivileged
 
 from echo_trl import outputs
 from echo_trl.data.awm import awm_episode_to_trajectory
@@ -22,15 +22,6 @@ from echo_trl.errors import EchoTrlError
 from echo_trl.outputs import atomic_output_dir, check_output_dir, output_lock
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def unprivileged() -> list[str]:
-    """A command prefix under which file permissions apply (root ignores them without it)."""
-    if os.geteuid() != 0:
-        return []
-    if not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: read-only directories cannot be tested")
-    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
 
 
 def _dataset(*task_idx):

@@ -64,7 +64,7 @@ TIMING_KEYS = {"step_time"}  # wall-clock metrics differ between any two runs
 
 def _train(mode: str, init: str, out: str, name: str) -> None:
     import torch
-    from test_trainer import dataset
+    from helpers.trainer import dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from echo_trl.config import EchoGRPOConfig
@@ -145,8 +145,7 @@ def _drive(init: str, root: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from conftest import tiny_tokenizer
-    from test_trainer import tiny_model
+    from helpers.tiny import tiny_model, tiny_tokenizer
 
     root = tmp_path_factory.mktemp("resume")
     init = root / "init"

@@ -9,117 +9,26 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import free_port, tiny_tokenizer
 from datasets import Dataset
+from helpers.processes import free_port
+from helpers.tiny import tiny_model, tiny_tokenizer
+from helpers.trainer import (
+    batch,
+    count_forwards,
+    dataset,
+    fixed_rollout,
+    make_trainer,
+    prompt_dataset,
+    reference_logps,
+    trajectory,
+)
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset
-from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
-from echo_trl.roles import Trajectory, tool_call
 from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
-
-
-def trajectory(
-    i: int,
-    reward: float,
-    group: str,
-    *,
-    error: bool = False,
-    warning: bool = False,
-    empty_outputs: bool = False,
-    behavior=None,
-) -> Trajectory:
-    outs = [f'{{"items": [{i}, {i + 1}], "total": {2 * i}}}', "Error: out of stock" if error else f"added {i}"]
-    if empty_outputs:
-        outs = ["", ""]
-    completion = []
-    for k, out in enumerate(outs):
-        name = ("search", "add")[k]
-        completion.append({"role": "assistant", "content": "", "tool_calls": [tool_call(name, {"id": i + k})]})
-        completion.append({"role": "tool", "name": name, "content": out})
-    warnings = [[] for _ in completion]
-    if warning:
-        warnings[1] = ["harness: rate limited"]
-    return Trajectory(
-        prompt=[{"role": "system", "content": "Shop agent."}, {"role": "user", "content": f"Buy item {i}."}],
-        completion=completion,
-        warnings=warnings,
-        reward=reward,
-        group_id=group,
-        scenario=f"shop{i % 2}",
-        task_idx=i,
-        tools=[
-            {
-                "type": "function",
-                "function": {
-                    "name": n,
-                    "description": "",
-                    "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}},
-                },
-            }
-            for n in ("search", "add")
-        ],
-        behavior_logprobs=behavior,
-    )
-
-
-def dataset(n: int = 4, **kw):
-    rewards = [1.0, 0.0, 0.5, 0.1, 1.0, 0.3, 0.7, 0.2]
-    return trajectories_to_dataset(
-        [trajectory(i, rewards[i % 8], f"g{i // 2}", warning=(i == 1), **kw) for i in range(n)]
-    )
-
-
-def tiny_model(seed: int = 0):
-    return build_tiny_model(tiny_tokenizer("qwen3"), "qwen3", hidden_size=32, num_layers=2, num_heads=4, seed=seed)
-
-
-def make_trainer(tmp_path, ds=None, *, model=None, eval_dataset=None, **kw):
-    args = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=1024,
-        gradient_checkpointing=False,
-        learning_rate=1e-2,
-        disable_tqdm=True,
-        per_device_eval_batch_size=2,
-    )
-    args.update(kw)
-    trainer = EchoGRPOTrainer(
-        model or tiny_model(),
-        args=EchoGRPOConfig(**args),
-        train_dataset=dataset() if ds is None else ds,
-        eval_dataset=eval_dataset,
-        processing_class=tiny_tokenizer("qwen3"),
-    )
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
-    return trainer
-
-
-def batch(trainer, ds=None):
-    rows = list(trainer.train_dataset if ds is None else ds)
-    return trainer._generate_and_score_completions(rows)
-
-
-def reference_logps(model, inputs, temperature: float = 1.0):
-    """Completion-token log-probs from full logits of the model's original forward (no TRL kernel)."""
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    logits = model(input_ids=ids, attention_mask=attn).logits  # fused_lm_head=False: the model's own head
-    k = inputs["completion_ids"].size(1)
-    logp = torch.log_softmax(logits[:, -k - 1 : -1].float() / temperature, dim=-1)
-    return logp.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
 def reference_world_loss(model, inputs, normalization: str, temperature: float = 1.0):
@@ -131,12 +40,6 @@ def reference_world_loss(model, inputs, normalization: str, temperature: float =
     per_seq = mask.sum(-1)
     keep = per_seq > 0
     return (nll.sum(-1)[keep] / per_seq[keep]).mean()
-
-
-def count_forwards(model):
-    calls = []
-    handle = model.model.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
-    return calls, handle
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,12 +476,6 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
 # Online
 
 
-def _prompt_dataset(n=2):
-    from datasets import Dataset
-
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": "Weather in Paris?"}]] * n})
-
-
 def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch):
     """TRL's own multi-turn tool loop (scripted model turns): the env mask is the tool result, not the
     role header, <tool_response> tags or next generation prompt TRL also marks tool_mask == 0."""
@@ -608,7 +505,7 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
             disable_tqdm=True,
             world_model_coeff=0.05,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
         tools=[lookup],
     )
@@ -635,26 +532,9 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
     assert trainer._metrics["train"]["world/tokens_env"][-1] == env.sum().item()
 
 
-def _rollout(tok):
-    def rollout(prompts, trainer):
-        p = tok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
-        c = tok("call<|im_end|>result text warn", add_special_tokens=False)["input_ids"]
-        n = len(c)
-        return {
-            "prompt_ids": [p] * len(prompts),
-            "completion_ids": [c] * len(prompts),
-            "logprobs": None,
-            "env_mask": [[1] * 3 + [0] * (n - 3)] * len(prompts),
-            "env_output_mask": [[0] * 3 + [1] * (n - 4) + [0]] * len(prompts),
-            "warning_mask": [[0] * (n - 1) + [1]] * len(prompts),
-        }
-
-    return rollout
-
-
 def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
     tok = tiny_tokenizer("qwen3")
-    rollout = _rollout(tok)
+    rollout = fixed_rollout(tok)
     trainer = EchoGRPOTrainer(
         tiny_model(),
         reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
@@ -671,7 +551,7 @@ def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
             disable_tqdm=True,
             logging_steps=1,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
         rollout_func=rollout,
     )
@@ -704,9 +584,9 @@ def test_verifier_free_online_echo_needs_no_reward(tmp_path):
             use_policy_loss=False,
             world_model_coeff=1.0,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
     trainer.train()
     log = next(h for h in trainer.state.log_history if "world/loss_scaled" in h)
@@ -738,7 +618,7 @@ def test_online_sampler_is_trls_order_and_resumable(tmp_path):
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
         train_dataset=prompts,
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
     trl_sampler = GRPOTrainer._get_train_sampler(trainer, prompts)
     trl_epochs = [list(trl_sampler) for _ in range(3)]
@@ -762,8 +642,8 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, {tests!r})
 import torch
 from transformers import TrainerCallback
-from test_trainer import dataset, tiny_model
-from conftest import tiny_tokenizer
+from helpers.trainer import dataset
+from helpers.tiny import tiny_model, tiny_tokenizer
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.trainer import EchoGRPOTrainer
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_tokenizer
-from test_trainer import batch, tiny_model, trajectory
+from helpers.tiny import tiny_model, tiny_tokenizer
+from helpers.trainer import batch, trajectory
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset

@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AWM1K_SAMPLES, require_shared
-from test_awm import openenv_episode
-from test_outputs import unprivileged
+from helpers.episodes import openenv_episode
+from helpers.hub import CountingEndpoint
+from helpers.processes import unprivileged
+from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
 from echo_trl.commands.cli import COMMANDS, main
 
@@ -150,7 +151,7 @@ def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
     from echo_trl.data.dataset import load_echo_dataset
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
-    episodes = Path(__file__).resolve().parents[1] / "data" / "episodes" / "library_1_task0.jsonl"
+    episodes = Path(__file__).resolve().parents[2] / "data" / "episodes" / "library_1_task0.jsonl"
     assert main(["build-dataset", str(episodes), "--output", str(tmp_path / "agent"), "--format", "awm-agent"]) == 0
     assert "format awm-agent" in capsys.readouterr().out
     assert (
@@ -266,40 +267,6 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
 
 # --------------------------------------------------------------------------------------------
 # Local paths never go to the Hub; Hub ids fail fast without network
-
-
-class CountingEndpoint:
-    """A stand-in Hub endpoint (HF_ENDPOINT) that counts connections and hangs up on each: a Hub that
-    cannot be reached. The count shows whether a command asked it at all, and whether it retried."""
-
-    def __init__(self):
-        import socket
-        import threading
-
-        self.count = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.count += 1
-            conn.close()
-
-    def env(self) -> dict[str, str]:
-        import os
-
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-        # TRL >= 1.16 pings its usage telemetry from every trainer's __init__ outside CI (a background thread that
-        # honours HF_HUB_DISABLE_TELEMETRY): not a probe for a path, so it is switched off to count the probes alone
-        return {**env, "HF_ENDPOINT": self.url, "ECHO_TRL_PROGRESS": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture

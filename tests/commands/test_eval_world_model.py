@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from test_cli import CountingEndpoint
+from helpers.hub import CountingEndpoint
 
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.data.dataset import trajectories_to_dataset

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import tiny_tokenizer
-from test_awm import openenv_episode
+from helpers.episodes import openenv_episode
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands.stats import truncation_report

@@ -1,6 +1,6 @@
 """The official AWM agent's format: byte-identical to what ``agent-world-model`` 0.1.0 produces.
 
-Expectations in ``tests/data/awm_official/`` were written by the official package's own functions
+Expectations in ``tests/fixtures/awm_official/`` were written by the official package's own functions
 (``make_expected.py``; see the README there), never by echo_trl.
 """
 
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_tokenizer
+from helpers.tiny import tiny_tokenizer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +20,7 @@ from echo_trl.data.dataset import row_to_trajectory, trajectory_to_row
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 
-OFFICIAL = Path(__file__).parent / "data" / "awm_official"
+OFFICIAL = Path(__file__).parents[1] / "fixtures" / "awm_official"
 
 
 def _read(name: str) -> str:

@@ -1,6 +1,6 @@
 """Conversation logs with a reward (OpenEnv ``openenv collect`` results.jsonl) as trajectories.
 
-``tests/data/openenv_collect/results.jsonl`` was written by OpenEnv 0.10's own collector
+``tests/fixtures/openenv_collect/results.jsonl`` was written by OpenEnv 0.10's own collector
 (``make_results.py`` there), so the reader is tested against the real format.
 """
 
@@ -17,7 +17,7 @@ from echo_trl.data.dataset import build_awm_dataset
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 
-COLLECT = Path(__file__).parent / "data" / "openenv_collect"
+COLLECT = Path(__file__).parents[1] / "fixtures" / "openenv_collect"
 
 
 def _records() -> list[dict]:

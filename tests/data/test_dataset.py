@@ -8,9 +8,9 @@ from pathlib import Path
 
 import datasets
 import pytest
+from helpers.episodes import openenv_episode, session_episode
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from test_awm import openenv_episode, session_episode
 
 from echo_trl.data.awm import awm_episode_to_trajectory
 from echo_trl.data.dataset import (

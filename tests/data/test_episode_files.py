@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_awm import openenv_episode
+from helpers.episodes import openenv_episode
 
 from echo_trl.data.awm import load_awm_episodes
 from echo_trl.data.episode_files import find_episode_files

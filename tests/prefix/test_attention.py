@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 from trl.trainer.utils import add_fused_lm_head
 
 from echo_trl.demo.tiny import build_tiny_model

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_cli import CountingEndpoint
+from helpers.hub import CountingEndpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHECKED_DOCS = ("README.md", "docs/training.md", "docs/concepts.md", "docs/reliability.md")
 _BLOCK = re.compile(r"(?:<!-- docs-test: (run|check)\b([^>]*?)-->\n)?```(\w*)\n(.*?)^```", re.S | re.M)
 _LONG_JOBS = ("echo-trl train", "python examples/")

@@ -16,12 +16,12 @@ import pytest
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning", "ignore::DeprecationWarning")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_example(tmp_path, *args: str) -> dict:
     """Run examples/train_online_awm.py for one step with a tiny random model; the logged step."""
-    from conftest import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     from echo_trl.demo.tiny import build_tiny_model
 
@@ -98,7 +98,8 @@ def test_one_online_step_with_lora(tmp_path):
 
 def test_one_online_run_trains_over_two_scenarios(tmp_path):
     """library_1 (bundled) + content_platform_1 (shared AWM-1K sample) in one run, one server pool."""
-    from conftest import AWM1K_SAMPLES, descendant_pids, require_shared
+    from helpers.processes import descendant_pids
+    from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
     samples = require_shared(AWM1K_SAMPLES)
     children = descendant_pids()
@@ -127,7 +128,7 @@ def test_one_online_run_trains_over_two_scenarios(tmp_path):
 
 def test_one_online_step_in_the_official_awm_agent_format(tmp_path):
     """--awm_format awm-agent: one environment class with list_tools/call_tool serves both scenarios."""
-    from conftest import AWM1K_SAMPLES, require_shared
+    from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
     samples = require_shared(AWM1K_SAMPLES)
     step = _run_example(

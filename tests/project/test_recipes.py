@@ -15,7 +15,7 @@ from echo_trl.config import EchoGRPOConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "examples" / "configs"
 ACCELERATE = REPO / "examples" / "accelerate_configs"
 

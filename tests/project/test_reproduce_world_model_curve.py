@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "reproduce_world_model_curve.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "reproduce_world_model_curve.py"
 
 
 @pytest.fixture(scope="module")

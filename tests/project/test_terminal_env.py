@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from examples.terminal.env import FILES, HOME, Shell, TerminalEnv, VirtualFS  # noqa: E402
 from examples.terminal.trajectories import HELDOUT_TASKS, TRAIN_TASKS, session  # noqa: E402

@@ -7,7 +7,8 @@ import os
 import datasets
 import numpy as np
 import pytest
-from conftest import REPO, tiny_tokenizer
+from helpers.shared_data import REPO
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.data.dataset import build_awm_dataset
 from echo_trl.demo.tiny import build_tiny_tokenizer

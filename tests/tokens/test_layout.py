@@ -1,7 +1,7 @@
 """Character roles of long episodes: right at length, and found in work linear in the text's length.
 
 Expectations are independent of the code under test: the template's own render, the message contents
-and the tool-call text each family is documented to produce (from test_tokenization). The linearity
+and the tool-call text each family is documented to produce (helpers.rendering). The linearity
 guard counts characters scanned by ``str.find`` (not time), so it holds on any machine.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+from helpers.rendering import expected_text, expected_tool_call_text, make_trajectory, rendered_content
+from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 from hypothesis import given
 from hypothesis import strategies as st
-from test_tokenization import expected_text, expected_tool_call_text, make_trajectory, rendered_content
 
 from echo_trl.roles import Role
 from echo_trl.tokens import layout as layout_module

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import tiny_tokenizer
-from test_awm import openenv_episode
+from helpers.episodes import openenv_episode
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.data.awm import awm_episode_to_trajectory
 from echo_trl.data.dataset import build_awm_dataset, trajectories_to_dataset

@@ -7,53 +7,19 @@ family is documented to produce.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+from helpers.rendering import expected_text, expected_tool_call_text, make_trajectory, rendered_content
+from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from echo_trl.data.awm import load_awm_episodes
 from echo_trl.errors import TemplateError
-from echo_trl.roles import Role, Trajectory, tool_call
+from echo_trl.roles import Role
 from echo_trl.tokens.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
 
 ACTION, ENV_OUTPUT, WARNING = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.WARNING.code
-
-
-def make_trajectory(outputs, *, warnings=None, args=None, tools=("lookup", "update")) -> Trajectory:
-    completion, warns = [], []
-    for i, out in enumerate(outputs):
-        completion.append(
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [tool_call(tools[i % len(tools)], (args or {}).get(i, {"id": i}))],
-            }
-        )
-        completion.append({"role": "tool", "name": tools[i % len(tools)], "content": out})
-        warns += [[], (warnings or {}).get(i, [])]
-    return Trajectory(
-        prompt=[{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Do the task."}],
-        completion=completion,
-        warnings=warns,
-        reward=1.0,
-        scenario="s",
-        task_idx=0,
-        tools=[
-            {
-                "type": "function",
-                "function": {
-                    "name": n,
-                    "description": f"{n} things",
-                    "parameters": {"type": "object", "properties": {}},
-                },
-            }
-            for n in tools
-        ],
-    )
 
 
 # Tool outputs chosen to be hard: scaffolding words, quotes/newlines (escaped by Llama's tojson),
@@ -66,29 +32,6 @@ HARD_OUTPUTS = [
     "Ünïcödé ✓ 日本",
     "Do the task.",
 ]
-
-
-def expected_tool_call_text(family: str, name: str, args: dict) -> str:
-    """How each family's template renders one tool call (from the templates' documentation)."""
-    if family == "llama3_1":
-        return '{"name": "' + name + '", "parameters": ' + json.dumps(args) + "}<|eot_id|>"
-    return '<tool_call>\n{"name": "' + name + '", "arguments": ' + json.dumps(args) + "}\n</tool_call><|im_end|>"
-
-
-def rendered_content(family: str, text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)[1:-1] if family == "llama3_1" else text
-
-
-def expected_text(tok, t: Trajectory) -> str:
-    """The template's own render of the conversation, warnings appended to their tool message."""
-    messages = [
-        *t.prompt,
-        *[
-            {**m, "content": m["content"] + "".join(WARNING_SEPARATOR + w for w in warns)}
-            for m, warns in zip(t.completion, t.warnings, strict=True)
-        ],
-    ]
-    return tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
 
 
 def decode_role(tok, rt, span, code) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_tokenizer
-from test_collator import traj
+from helpers.episodes import traj
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.roles import Role
 from echo_trl.tokens.world_mask import world_mask

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_model, trajectory
+from helpers.tiny import tiny_model
+from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, trajectory
 
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
 from echo_trl.data.dataset import trajectories_to_dataset

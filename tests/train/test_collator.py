@@ -7,50 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_tokenizer
+from helpers.episodes import traj
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.errors import DatasetSchemaError
-from echo_trl.roles import Trajectory, tool_call
 from echo_trl.tokens.tokenization import tokenize_with_roles
 from echo_trl.train.collator import CollatorSettings, collate_features, trajectory_features
-
-
-def traj(
-    outputs=('{"items": [1, 2]}', "Error: no such product"),
-    warnings=None,
-    behavior=None,
-    tools=("search", "add"),
-    reward=1.0,
-    group="g",
-):
-    completion = []
-    for i, out in enumerate(outputs):
-        completion.append(
-            {"role": "assistant", "content": "", "tool_calls": [tool_call(tools[i % len(tools)], {"q": f"x{i}"})]}
-        )
-        completion.append({"role": "tool", "name": tools[i % len(tools)], "content": out})
-    ws = warnings or [[] for _ in completion]
-    return Trajectory(
-        prompt=[{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Buy a lamp."}],
-        completion=completion,
-        warnings=ws,
-        reward=reward,
-        group_id=group,
-        scenario="shop",
-        task_idx=0,
-        tools=[
-            {
-                "type": "function",
-                "function": {
-                    "name": n,
-                    "description": "",
-                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-                },
-            }
-            for n in tools
-        ],
-        behavior_logprobs=behavior,
-    )
 
 
 @pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])

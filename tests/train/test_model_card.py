@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import tiny_tokenizer
-from test_awm import openenv_episode
-from test_trainer import dataset, tiny_model
+from helpers.episodes import openenv_episode
+from helpers.tiny import tiny_model, tiny_tokenizer
+from helpers.trainer import dataset
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.awm import awm_episode_to_trajectory
@@ -18,7 +18,7 @@ from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.train.model_card import SECTION_MARKER, echo_card_section, final_metrics
 from echo_trl.trainer import EchoGRPOTrainer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_tokenizer
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.roles import tool_call
 from echo_trl.train.collator import CollatorSettings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_collator import traj
+from helpers.episodes import traj
 
 from echo_trl.train.quality import is_error_output, rollout_quality
 

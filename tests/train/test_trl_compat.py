@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import trl
-from conftest import tiny_tokenizer
-from test_trainer import _prompt_dataset, _rollout, batch, make_trainer, tiny_model
+from helpers.tiny import tiny_model, tiny_tokenizer
+from helpers.trainer import batch, fixed_rollout, make_trainer, prompt_dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -76,7 +76,7 @@ def test_installed_trl_is_in_the_range_this_module_is_written_for():
     assert _version(low) <= _version(trl.__version__) < _version(high), (
         f"TRL {trl.__version__} is outside {low} <= version < {high}: re-check echo_trl/train/trl_compat.py"
     )
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     pin = next(d for d in pyproject["project"]["dependencies"] if d.startswith("trl"))
     assert _version(pin.split(">=")[1]) == _version(low) and _version(pin.split("<")[1]) == _version(high), pin
 
@@ -119,12 +119,12 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
             max_completion_length=64,
             disable_tqdm=True,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
-    expected = _rollout(tok)([None, None], trainer)
-    result = GRPOTrainer._generate(trainer, [row["prompt"] for row in _prompt_dataset()])
+    expected = fixed_rollout(tok)([None, None], trainer)
+    result = GRPOTrainer._generate(trainer, [row["prompt"] for row in prompt_dataset()])
     assert isinstance(result, tuple) and len(result) == 8
     got = trl_compat.generated_rollouts(result)
     assert [list(ids) for ids in got.completion_ids] == expected["completion_ids"]

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import AWM1K_SAMPLES, require_shared, tiny_tokenizer
+from helpers.shared_data import AWM1K_SAMPLES, require_shared
+from helpers.tiny import tiny_tokenizer
 
 from echo_trl.data import awm_agent
 from echo_trl.data.awm import load_awm_episodes
@@ -14,8 +15,8 @@ from echo_trl.envs.awm.agent_format import AWMAgentModelPolicy, agent_reply, awm
 from echo_trl.envs.awm.pool import ServerPool
 from echo_trl.envs.awm.scenario import ScenarioSource
 
-REPO = Path(__file__).resolve().parents[1]
-OFFICIAL = REPO / "tests" / "data" / "awm_official"
+REPO = Path(__file__).resolve().parents[3]
+OFFICIAL = REPO / "tests" / "fixtures" / "awm_official"
 
 
 @pytest.fixture(scope="module")

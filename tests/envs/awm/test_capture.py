@@ -11,7 +11,7 @@ from echo_trl.commands.cli import main as cli
 from echo_trl.data.awm import load_awm_episodes
 from echo_trl.envs.awm.policy import PolicyError, ReplayPolicy
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 SCRIPTS = [
     {
@@ -201,7 +201,7 @@ def test_capture_cli_model_policy_records_logprobs(tmp_path):
 
 # -- replaying recorded episodes -----------------------------------------------------------------
 
-LIBRARY = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+LIBRARY = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 
 
 def test_normalize_timestamps():

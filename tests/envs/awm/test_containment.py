@@ -20,12 +20,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import descendant_pids
+from helpers.processes import descendant_pids
 
 from echo_trl.commands import capture
 from echo_trl.envs.awm import sandbox
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+DATA = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 CONTAINMENT = sandbox.detect_containment()
 pytestmark = pytest.mark.skipif(
     not CONTAINMENT.contained, reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}"

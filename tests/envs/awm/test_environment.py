@@ -18,7 +18,7 @@ from echo_trl.envs.awm.environment import (
 from echo_trl.envs.awm.pool import ServerPool
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 SUBSCRIBED = (
     "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
     "    import sqlite3\n"
@@ -162,7 +162,7 @@ def test_omit_and_stop_on_format_error():
 
 
 def test_rows_route_to_their_scenarios_environment(tmp_path):
-    library = ScenarioSource.from_dir(Path(__file__).resolve().parents[1] / "data" / "awm_scenarios").load("library_1")
+    library = ScenarioSource.from_dir(Path(__file__).resolve().parents[3] / "data" / "awm_scenarios").load("library_1")
     content = _scenario()
     brace = 'Answer as JSON like {"ok": true} in {scenario}.'
     ds = awm_task_dataset([library, content], {"library_1": [0, 1], "content_platform_1": [0]}, system_prompt=brace)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import descendant_pids
+from helpers.processes import descendant_pids
 
 from echo_trl.data.awm import awm_episode_to_trajectory, load_awm_episodes
 from echo_trl.envs.awm import sandbox
@@ -18,7 +18,7 @@ from echo_trl.envs.awm.episode import AWMRuntime, classify_tool_error
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
 from echo_trl.roles import Role
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 
 def _source() -> ScenarioSource:

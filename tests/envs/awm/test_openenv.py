@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import descendant_pids
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from helpers.processes import descendant_pids
 
 from echo_trl.commands.cli import main as cli
 from echo_trl.data.awm import load_awm_episodes
@@ -29,7 +29,7 @@ from echo_trl.envs.awm.policy import ReplayPolicy, Script
 from echo_trl.envs.awm.scenario import ScenarioSource
 from echo_trl.envs.awm.verifier import RewardConfig
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 
 def standin_app(runtime: AWMRuntime):

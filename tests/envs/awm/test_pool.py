@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AWM1K_SAMPLES, descendant_pids, require_shared
+from helpers.processes import descendant_pids
+from helpers.shared_data import AWM1K_SAMPLES, require_shared
 from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_trl.envs.awm.pool import Decision, PoolError, ServerPool, SlotState, choose_slot
 from echo_trl.envs.awm.scenario import ScenarioSource
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 # -- the policy --------------------------------------------------------------------------------
 

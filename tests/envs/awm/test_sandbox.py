@@ -19,7 +19,7 @@ from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.scenario import ScenarioSource
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+DATA = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 CONTAINMENT = sandbox.detect_containment()
 needs_bwrap = pytest.mark.skipif(
     not CONTAINMENT.contained, reason=f"no containment on this host: {' '.join(CONTAINMENT.notes)}"

@@ -13,7 +13,7 @@ import pytest
 from echo_trl.envs.awm.database import build_database, copy_database
 from echo_trl.envs.awm.scenario import FILES, HUB_REPO_ID, ScenarioError, ScenarioSource, verifier_function
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 
 @pytest.fixture(scope="module")

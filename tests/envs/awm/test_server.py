@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import descendant_pids
+from helpers.processes import descendant_pids
 
 from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.database import build_database
@@ -33,7 +33,7 @@ from echo_trl.envs.awm.mcp_client import MCPSession
 from echo_trl.envs.awm.scenario import Scenario, ScenarioError, ScenarioSource
 from echo_trl.envs.awm.server import ScenarioServer
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+DATA = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 SCENARIO = "library_1"
 
 

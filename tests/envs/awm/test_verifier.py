@@ -6,14 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import descendant_pids
+from helpers.processes import descendant_pids
 
 from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.database import build_database, copy_database
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec
 from echo_trl.envs.awm.verifier import RewardConfig, VerifierConfigError, run_verifier
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"
+SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 
 @pytest.fixture(scope="module")
