@@ -1,24 +1,17 @@
-"""The cards: TRL's model card plus the ECHO section (settings, final metrics, citations), and the dataset card."""
+"""The model card: TRL's card plus the ECHO section (settings, final metrics, citations)."""
 
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
 
 import pytest
-from helpers.episodes import openenv_episode
 from helpers.tiny import tiny_model, tiny_tokenizer
 from helpers.trainer import dataset
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.awm import awm_episode_to_trajectory
-from echo_trl.data.card import ECHO_CITATION, dataset_card, plural
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.card import ECHO_CITATION
 from echo_trl.train.model_card import SECTION_MARKER, echo_card_section, final_metrics
 from echo_trl.trainer import EchoGRPOTrainer
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -149,22 +142,3 @@ def test_final_metrics_skip_missing_and_non_finite_values(tmp_path):
     assert final_metrics(history) == {"world/ce_env": (1, 3.0), "world/coeff": (3, 0.05), "reward": (1, 0.5)}
     section = echo_card_section(_args(tmp_path), history)
     assert "| `reward` | 0.5 | 1 |" in section and "nan" not in section.lower() and "inf |" not in section
-
-
-def test_dataset_card_plurals_no_placeholder_link_and_the_one_echo_citation():
-    one = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode())])
-    card = dataset_card(one, skipped=1)
-    assert "1 episode,\n1 scenario, 1 invalid record skipped" in card
-    assert "https://github.com/)" not in card and ECHO_CITATION in card
-    two = trajectories_to_dataset([awm_episode_to_trajectory(openenv_episode(scenario=s)) for s in ("a_1", "b_2")])
-    assert "2 episodes,\n2 scenarios." in dataset_card(two)
-    assert [plural(n, "scenario") for n in (0, 1, 2)] == ["0 scenarios", "1 scenario", "2 scenarios"]
-
-
-def test_one_echo_citation_everywhere():
-    """Every ECHO bibtex entry in the README and docs is the one the cards write."""
-    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        text = doc.read_text(encoding="utf-8")
-        for start in (m.start() for m in re.finditer(r"@article\{echo2026", text)):
-            assert text[start : start + len(ECHO_CITATION)] == ECHO_CITATION, doc
-    assert ECHO_CITATION in (REPO / "README.md").read_text(encoding="utf-8")
