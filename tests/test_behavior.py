@@ -16,7 +16,7 @@ import torch
 from test_trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_model, trajectory
 
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
 from echo_trl.tokens.cache import ROLES

@@ -12,9 +12,9 @@ from test_awm import openenv_episode
 from test_trainer import dataset, tiny_model
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.awm import awm_episode_to_trajectory
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.data.card import ECHO_CITATION, dataset_card, plural
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.records import awm_episode_to_trajectory
 from echo_trl.train.model_card import SECTION_MARKER, echo_card_section, final_metrics
 from echo_trl.trainer import EchoGRPOTrainer
 

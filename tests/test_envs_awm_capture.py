@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from echo_trl.commands.cli import main as cli
-from echo_trl.data.awm import load_awm_episodes
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.envs.awm.policy import PolicyError, ReplayPolicy
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "awm1k_samples"

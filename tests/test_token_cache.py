@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import REPO, tiny_tokenizer
 
-from echo_trl.data.dataset import build_awm_dataset
+from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo.tiny import build_tiny_tokenizer
 from echo_trl.errors import EchoTrlError
 from echo_trl.tokens import cache as token_cache

@@ -13,7 +13,7 @@ from conftest import free_port, tiny_tokenizer
 from datasets import Dataset
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call

@@ -33,7 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, default_verify_turn
+from ..data.awm_agent import FORMATS, default_verify_turn
+from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
 from ..outputs import check_output_dir
 from ..progress import progress

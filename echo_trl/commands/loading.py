@@ -9,9 +9,10 @@ from pathlib import Path
 
 import datasets
 
-from ..data.awm import is_episode_file
-from ..data.dataset import build_awm_dataset, load_echo_dataset
+from ..data.build import build_awm_dataset
+from ..data.episode_files import is_episode_file
 from ..data.hub import load_failure, locate
+from ..data.store import load_echo_dataset, saved_dataset_kind
 from ..errors import EchoTrlError
 
 
@@ -74,12 +75,7 @@ def is_episode_input(path: str | Path) -> bool:
     p = Path(path)
     if p.is_file():
         return is_episode_file(p)
-    return (
-        p.is_dir()
-        and not (p / "dataset_info.json").exists()
-        and not (p / "dataset_dict.json").exists()
-        and any(is_episode_file(f) for f in p.rglob("*"))
-    )
+    return p.is_dir() and not saved_dataset_kind(p) and any(is_episode_file(f) for f in p.rglob("*"))
 
 
 def load_trajectories(name_or_path: str, split: str = "train") -> datasets.Dataset:

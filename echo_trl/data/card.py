@@ -31,11 +31,10 @@ AWM_CITATION = """@article{wang2026agentworldmodelinfinity,
     year    = 2026,
 }"""
 
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 scenario``, ``2 scenarios`` (``many`` for irregular plurals)."""
     return f"{n} {word if n == 1 else many or word + 's'}"
-
-
 
 
 def role_counts(ds) -> dict[str, dict[str, int]]:
@@ -67,7 +66,8 @@ def dataset_card(ds, *, title: str = "ECHO trajectories from Agent World Model e
     roles = role_counts(ds)
     formats = ", ".join(f"`{f}`" for f in sorted(set(ds["format"] if "format" in ds.column_names else [])))
     scen_rows = "\n".join(
-        f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} | {c['reward_sum'] / c['episodes']:.3f} |"
+        f"| {s} | {c['episodes']} | {sum(1 for k in c if k.startswith('group:'))} "
+        f"| {c['reward_sum'] / c['episodes']:.3f} |"
         for s, c in sorted(by_scenario.items())
     )
     role_rows = "\n".join(f"| `{r}` | {v['messages']} | {v['chars']} |" for r, v in roles.items())

@@ -43,7 +43,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...data.awm import VERIFY_TURNS, serialize_output
+from ...data.awm_agent import VERIFY_TURNS
+from ...data.tools import serialize_output
 from .episode import Episode
 from .policy import fill_system_prompt
 from .pool import ServerPool
@@ -422,7 +423,7 @@ def awm_task_dataset(
     """
     from datasets import Dataset
 
-    from ...data.awm import DEFAULT_SYSTEM_PROMPT
+    from ...data.prompt import DEFAULT_SYSTEM_PROMPT
 
     many = not isinstance(scenario, Scenario)
     scenarios = list(scenario) if many else [scenario]

@@ -38,7 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ...data.awm import VERIFY_TURNS
+from ...data.awm_agent import VERIFY_TURNS
 from . import sandbox
 from .database import BuildReport, build_database, copy_database
 from .mcp_client import MCPError, MCPSession

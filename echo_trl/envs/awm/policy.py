@@ -49,7 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...data.awm import awm_episode_to_trajectory, iter_episode_records, serialize_output
+from ...data.episode_files import iter_episode_records
+from ...data.records import awm_episode_to_trajectory
+from ...data.tools import serialize_output
 from ...errors import EchoTrlError, EpisodeError
 from .episode import Episode
 
