@@ -60,7 +60,7 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: str = "au
 
 
 def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dataset") -> datasets.Dataset:
-    """:func:`~echo_trl.data.dataset.load_echo_dataset` after :func:`locate`, library errors as one line."""
+    """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line."""
     locate(name_or_path, what)
     try:
         return load_echo_dataset(name_or_path, split=split)

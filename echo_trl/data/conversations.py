@@ -69,7 +69,7 @@ def _message(value: Any, field: str) -> Message:
         raise _fail(f"unknown role {role!r} (expected one of {', '.join(CHAT_ROLES)})", f"{field}.role")
     content = value.get("content")
     if role == "tool" and isinstance(content, (dict, int, float, bool)):
-        content = serialize_output(content)  # structured tool data, as awm.py writes it
+        content = serialize_output(content)  # structured tool data, as the AWM reader writes it
     message: Message = {"role": role, "content": _content(content, f"{field}.content")}
     if role == "tool" and isinstance(value.get("name"), str):
         message["name"] = value["name"]
