@@ -27,7 +27,8 @@ os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import SHARED_DATA, alternate, median, parser, report  # noqa: E402
 
-from echo_trl.data.dataset import build_awm_dataset, row_to_trajectory  # noqa: E402
+from echo_trl.data.build import build_awm_dataset  # noqa: E402
+from echo_trl.data.schema import row_to_trajectory  # noqa: E402
 from echo_trl.demo.tiny import build_tiny_tokenizer  # noqa: E402
 from echo_trl.tokens.tokenization import layout, tokenize_batch  # noqa: E402
 

@@ -166,7 +166,7 @@ def quiet() -> None:
 
 def bundled_dataset(compact_tools: bool = True):
     """The 60 captured ``library_1`` episodes as a trajectory dataset (AWM-length trajectories)."""
-    from echo_trl.data.dataset import build_awm_dataset
+    from echo_trl.data.build import build_awm_dataset
 
     return build_awm_dataset([REPO / "data" / "episodes"], compact_tools=compact_tools)
 

@@ -68,7 +68,7 @@ def synthetic_episode(steps: int, reward: float = 1.0, group: str = "g") -> Traj
 
 
 def stats_times(steps: list[int]) -> list[dict]:
-    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_tokenizer
     from echo_trl.tokens.stats import token_stats
 
@@ -89,7 +89,7 @@ def stats_times(steps: list[int]) -> list[dict]:
 
 def train_child(tokens: int, checkpointing: bool) -> dict:
     """Run in a fresh process: 2 offline steps on a group of two ~``tokens``-token trajectories."""
-    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
     from echo_trl.tokens.tokenization import tokenize_with_roles
 

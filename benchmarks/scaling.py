@@ -103,7 +103,7 @@ def run(args) -> dict:
     setup(args)
     import torch
 
-    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
 
     quick = args.quick

@@ -18,11 +18,11 @@ _EXPORTS = {
     "EpisodeError": "errors",
     "TemplateError": "errors",
     "DatasetSchemaError": "errors",
-    "awm_episode_to_trajectory": "data.awm",
-    "load_awm_episodes": "data.awm",
-    "build_awm_dataset": "data.dataset",
-    "load_echo_dataset": "data.dataset",
-    "FEATURES": "data.dataset",
+    "awm_episode_to_trajectory": "data.records",
+    "load_awm_episodes": "data.records",
+    "build_awm_dataset": "data.build",
+    "load_echo_dataset": "data.store",
+    "FEATURES": "data.schema",
     "tokenize_with_roles": "tokens.tokenization",
     "RoleTokens": "tokens.tokenization",
     "EchoGRPOConfig": "config",
@@ -49,8 +49,10 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import EchoGRPOConfig
-    from .data.awm import awm_episode_to_trajectory, load_awm_episodes
-    from .data.dataset import FEATURES, build_awm_dataset, load_echo_dataset
+    from .data.build import build_awm_dataset
+    from .data.records import awm_episode_to_trajectory, load_awm_episodes
+    from .data.schema import FEATURES
+    from .data.store import load_echo_dataset
     from .errors import DatasetSchemaError, EchoTrlError, EpisodeError, TemplateError
     from .roles import Role, Trajectory
     from .tokens.tokenization import RoleTokens, tokenize_with_roles

@@ -44,6 +44,9 @@ MESSAGE_ROLES = (Role.CONTEXT, Role.ACTION, Role.ENV_OUTPUT, Role.WARNING)
 #: The three ``world_loss_target`` settings, from narrowest to widest.
 WORLD_LOSS_TARGETS = ("env_only", "observation", "all")
 
+#: Roles a chat message can have (``Message["role"]``), in the OpenAI / TRL conversational format.
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
 Message = dict[str, Any]
 
 
@@ -80,7 +83,7 @@ class Trajectory:
                 f"warnings has {len(self.warnings)} entries for {len(self.completion)} completion messages"
             )
         if not self.group_id:
-            self.group_id = f"{self.scenario}/{self.task_idx}"
+            self.group_id = default_group_id(self.scenario, self.task_idx)
 
     @property
     def messages(self) -> list[Message]:
@@ -89,6 +92,11 @@ class Trajectory:
     def message_roles(self) -> list[Role]:
         """The role of each message in ``messages`` (prompt first, then completion)."""
         return [Role.CONTEXT] * len(self.prompt) + [message_role(m) for m in self.completion]
+
+
+def default_group_id(scenario: str, task_idx: int) -> str:
+    """``scenario/task_idx``: the GRPO group of a trajectory that names none (trajectories of one task)."""
+    return f"{scenario}/{task_idx}"
 
 
 def message_role(message: Message) -> Role:

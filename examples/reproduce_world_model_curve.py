@@ -118,7 +118,7 @@ def quiet() -> None:
 
 
 def load_data(args):
-    from echo_trl.data.dataset import build_awm_dataset
+    from echo_trl.data.build import build_awm_dataset
 
     splits = json.loads(Path(args.splits).read_text())
     ds = build_awm_dataset([args.data_dir], compact_tools=True)

@@ -25,7 +25,8 @@ import pytest
 import torch
 from helpers.processes import free_port
 
-from echo_trl.data.dataset import build_awm_dataset, load_echo_dataset, save_dataset
+from echo_trl.data.build import build_awm_dataset
+from echo_trl.data.store import load_echo_dataset, save_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

@@ -16,8 +16,9 @@ from helpers.episodes import openenv_episode
 from helpers.processes import unprivileged
 
 from echo_trl import outputs
-from echo_trl.data.awm import awm_episode_to_trajectory
-from echo_trl.data.dataset import load_echo_dataset, save_dataset, trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
+from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.store import load_echo_dataset, save_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.outputs import atomic_output_dir, check_output_dir, output_lock
 

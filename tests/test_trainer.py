@@ -24,7 +24,7 @@ from helpers.trainer import (
 )
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
 

@@ -10,7 +10,7 @@ from helpers.tiny import tiny_model, tiny_tokenizer
 from helpers.trainer import batch, trajectory
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens import tokenization
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, VERIFY_TURNS, SkippedRecord
+from ..data.awm_agent import FORMATS, VERIFY_TURNS
+from ..data.build import build_awm_dataset
 from ..data.card import plural
-from ..data.dataset import DATASET_MARKER, build_awm_dataset, save_dataset
+from ..data.prompt import DEFAULT_SYSTEM_PROMPT
+from ..data.records import SkippedRecord
+from ..data.store import DATASET_MARKER, save_dataset
 from ..outputs import check_output_dir
+from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
 DESCRIPTION = """\
 Read recorded AWM episodes (OpenEnv capture JSON, AWM session trajectory.json, JSONL of
@@ -40,8 +44,6 @@ file:record: field) or an --output that cannot be written, 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
-
     p = ArgumentParser(
         prog="echo-trl build-dataset",
         description=DESCRIPTION,

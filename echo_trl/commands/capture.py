@@ -33,10 +33,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..data.awm import DEFAULT_SYSTEM_PROMPT, FORMATS, default_verify_turn
+from ..data.awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
+from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
 from ..outputs import check_output_dir
 from ..progress import progress
+from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
 REPLAY_HELP = """\
 replay file (--policy replay:FILE), .jsonl = one script per line, .json = a list of scripts:
@@ -51,8 +53,6 @@ is compared with the recorded one (capture_log.txt: 'replay check').
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
-
     p = ArgumentParser(
         prog="echo-trl capture",
         description="Run an AWM scenario locally (SQLite + generated MCP server + "
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--verify-turn",
-        choices=("env_output", "omit"),
+        choices=VERIFY_TURNS,
         default=None,
         help="the verifier step as the last env_output turn of the recorded conversation (default with "
         "chat-template), or out of it under 'verification' (default with awm-agent: the policy never "
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from ..envs.awm.episode import AWMRuntime
-    from ..envs.awm.policy import PolicyError, ReplayPolicy
+    from ..envs.awm.policy import PolicyError, ReplayPolicy, play_episode
     from ..envs.awm.scenario import HUB_REPO_ID, ScenarioSource
 
     if threading.current_thread() is threading.main_thread():
@@ -194,14 +194,7 @@ def main(argv: list[str]) -> int:
                 for k in tasks
             }
             for k, i in progress(jobs, desc=f"capture {scenario.name}", unit="episode", total=len(jobs)):
-                episode = runtime.new_episode(k)
-                try:
-                    policy.play(episode, i)
-                    if not episode.done:
-                        episode.verify()
-                finally:
-                    episode.close()
-                record = episode.record(args.verify_turn)
+                record = play_episode(policy, runtime.new_episode(k), i, args.verify_turn)
                 record["metadata"]["format"] = args.format
                 replay_checks.extend(_replay_check(record, k, i))
                 files[k].write(json.dumps(record, ensure_ascii=False) + "\n")

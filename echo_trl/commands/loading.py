@@ -9,9 +9,10 @@ from pathlib import Path
 
 import datasets
 
-from ..data.awm import is_episode_file
-from ..data.dataset import build_awm_dataset, load_echo_dataset
+from ..data.build import build_awm_dataset
+from ..data.episode_files import is_episode_file
 from ..data.hub import load_failure, locate
+from ..data.store import load_echo_dataset, saved_dataset_kind
 from ..errors import EchoTrlError
 
 
@@ -59,7 +60,7 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: str = "au
 
 
 def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dataset") -> datasets.Dataset:
-    """:func:`~echo_trl.data.dataset.load_echo_dataset` after :func:`locate`, library errors as one line."""
+    """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line."""
     locate(name_or_path, what)
     try:
         return load_echo_dataset(name_or_path, split=split)
@@ -74,12 +75,7 @@ def is_episode_input(path: str | Path) -> bool:
     p = Path(path)
     if p.is_file():
         return is_episode_file(p)
-    return (
-        p.is_dir()
-        and not (p / "dataset_info.json").exists()
-        and not (p / "dataset_dict.json").exists()
-        and any(is_episode_file(f) for f in p.rglob("*"))
-    )
+    return p.is_dir() and not saved_dataset_kind(p) and any(is_episode_file(f) for f in p.rglob("*"))
 
 
 def load_trajectories(name_or_path: str, split: str = "train") -> datasets.Dataset:

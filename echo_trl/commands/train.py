@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import EchoTrlError
 
@@ -113,6 +112,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     from trl import get_peft_config, get_quantization_config
 
     from ..data.hub import locate
+    from ..data.store import saved_dataset_kind
     from ..trainer import EchoGRPOTrainer
     from .checkpoints import resolve_checkpoint
 
@@ -137,7 +137,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     if evaluating:
         if script_args.eval_dataset_name:
             eval_dataset = _load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
-        elif (Path(script_args.dataset_name) / "dataset_info.json").exists():
+        elif saved_dataset_kind(script_args.dataset_name) == "dataset":
             raise EchoTrlError(
                 f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
                 "trajectories with --eval_dataset_name DIR"

@@ -36,6 +36,8 @@ from typing import Any, Literal
 
 from ..errors import EpisodeError
 from ..roles import Message, Trajectory, tool_call
+from .prompt import prompt_messages
+from .tools import tool_schema
 
 LIST_TOOLS = "list_tools"
 CALL_TOOL = "call_tool"
@@ -417,8 +419,6 @@ def listed_tools(value: Any, field: str = "tools") -> list[dict[str, Any]]:
     given by name only is an :class:`EpisodeError`: without its description and input schema
     the reply cannot be the one the agent saw.
     """
-    from .awm import tool_schema  # awm.py imports this module
-
     if not isinstance(value, list) or not value:
         raise EpisodeError("missing (the awm-agent format lists the MCP tool objects)", field=field)
     tools = []
@@ -463,9 +463,9 @@ def to_awm_agent_trajectory(
     ``verify_turn="omit"`` (the official agent never shows it to the policy, and its
     ``raw_result`` can reveal the answer); with ``"env_output"`` its output is a ``tool`` message
     right after the final answer. ``tools`` of the trajectory: the two meta-tools only.
+    ``{scenario}`` in ``system_prompt`` is filled in (:func:`echo_trl.data.prompt.prompt_messages`).
     """
-    prompt: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    prompt.append({"role": "user", "content": task})
+    prompt = prompt_messages(system_prompt, scenario, task)
     completion: list[Message] = [
         list_tools_message(),
         {"role": "tool", "name": LIST_TOOLS, "content": list_tools_reply(tools)},

@@ -21,17 +21,9 @@ import json
 from typing import Any
 
 from ..errors import EpisodeError
-from ..roles import Message, Trajectory, tool_call
-
-# The field checks awm.py's readers use, so both kinds of record fail with the same wording.
-from .awm import _arguments, _expect, _finite, serialize_output, tool_schema
-
-ROLES = ("system", "user", "assistant", "tool")
-
-
-def is_conversation(record: Any) -> bool:
-    """A conversation log rather than a recorded AWM episode (``steps`` / ``trajectory``)."""
-    return isinstance(record, dict) and "messages" in record and not {"steps", "trajectory"} & record.keys()
+from ..roles import CHAT_ROLES, Message, Trajectory, tool_call
+from .fields import behavior_logprobs, expect, finite
+from .tools import serialize_output, tool_arguments, tool_schema
 
 
 def _fail(message: str, field: str) -> EpisodeError:
@@ -65,7 +57,7 @@ def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
             raise _fail("expected {function: {name, arguments}}", here)
         if not isinstance(fn.get("name"), str) or not fn["name"]:
             raise _fail("expected a non-empty tool name", f"{here}.function.name")
-        calls.append(tool_call(fn["name"], _arguments(fn.get("arguments"), f"{here}.function.arguments")))
+        calls.append(tool_call(fn["name"], tool_arguments(fn.get("arguments"), f"{here}.function.arguments")))
     return calls
 
 
@@ -73,11 +65,11 @@ def _message(value: Any, field: str) -> Message:
     if not isinstance(value, dict):
         raise _fail("expected a message object", field)
     role = value.get("role")
-    if role not in ROLES:
-        raise _fail(f"unknown role {role!r} (expected one of {', '.join(ROLES)})", f"{field}.role")
+    if role not in CHAT_ROLES:
+        raise _fail(f"unknown role {role!r} (expected one of {', '.join(CHAT_ROLES)})", f"{field}.role")
     content = value.get("content")
     if role == "tool" and isinstance(content, (dict, int, float, bool)):
-        content = serialize_output(content)  # structured tool data, as awm.py writes it
+        content = serialize_output(content)  # structured tool data, as the AWM reader writes it
     message: Message = {"role": role, "content": _content(content, f"{field}.content")}
     if role == "tool" and isinstance(value.get("name"), str):
         message["name"] = value["name"]
@@ -100,28 +92,20 @@ def _convert(record: Any) -> Trajectory:
         raise _fail("expected a conversation object", "")
     if "reward" not in record:
         raise _fail("missing", "reward")
-    reward = _finite(record["reward"], "reward")
-    raw = _expect(record["messages"], list, "messages", "a list of messages")
+    reward = finite(record["reward"], "reward")
+    raw = expect(record["messages"], list, "messages", "a list of messages")
     messages = [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
     first = next((i for i, m in enumerate(messages) if m["role"] in ("assistant", "tool")), None)
     if first is None:
         raise _fail("no assistant turn", "messages")
     if not any(m["role"] == "user" for m in messages[:first]):
         raise _fail("no user message before the first assistant turn", "messages")
-    tools = _expect(record.get("tools") or [], list, "tools", "a list of tools")
-    logprobs = record.get("behavior_logprobs")
-    if logprobs is not None:
-        logprobs = [
-            _finite(v, f"behavior_logprobs[{i}]")
-            for i, v in enumerate(_expect(logprobs, list, "behavior_logprobs", "a list of numbers"))
-        ]
+    tools = expect(record.get("tools") or [], list, "tools", "a list of tools")
+    logprobs = behavior_logprobs(record.get("behavior_logprobs"))
     scenario, task_idx = _provenance(record)
     prompt = messages[:first]
-    group = (
-        f"{scenario}/{task_idx if task_idx is not None else -1}"
-        if scenario
-        else "prompt:" + hashlib.sha1(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:12]
-    )
+    # Without a scenario, trajectories of the same prompt form one group; with one, the task's default group.
+    group = "" if scenario else "prompt:" + hashlib.sha1(json.dumps(prompt, sort_keys=True).encode()).hexdigest()[:12]
     return Trajectory(
         prompt=prompt,
         completion=messages[first:],

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.dataset import row_to_trajectory
+from ..data.schema import row_to_trajectory
 from ..errors import EchoTrlError, TemplateError
 from ..roles import Role, Trajectory
 from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state

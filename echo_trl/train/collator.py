@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.dataset import row_to_trajectory
+from ..data.schema import row_to_trajectory
 from ..errors import DatasetSchemaError
 from ..roles import Role, Trajectory
 from ..tokens.cache import has_tokens, row_tokens

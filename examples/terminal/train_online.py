@@ -89,7 +89,7 @@ def warm_start(model, tokenizer, train, steps: int, lr: float = 3e-3, seed: int 
 
 
 def heldout_ce(model, tokenizer) -> dict:
-    from echo_trl.data.dataset import trajectory_to_row
+    from echo_trl.data.schema import trajectory_to_row
     from echo_trl.train.world_eval import evaluate_world_model
 
     from .trajectories import HELDOUT_TASKS, trajectories

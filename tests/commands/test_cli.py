@@ -148,7 +148,7 @@ def test_inputs_lost_silently_before_are_named(tmp_path):
 def test_build_dataset_formats_and_verify_turn_then_show(tmp_path, capsys):
     from pathlib import Path
 
-    from echo_trl.data.dataset import load_echo_dataset
+    from echo_trl.data.store import load_echo_dataset
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     episodes = Path(__file__).resolve().parents[2] / "data" / "episodes" / "library_1_task0.jsonl"

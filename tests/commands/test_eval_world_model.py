@@ -12,7 +12,7 @@ import torch
 from helpers.hub import CountingEndpoint
 
 from echo_trl.commands.cli import main as cli_main
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.roles import Trajectory, tool_call
 from echo_trl.tokens.tokenization import tokenize_with_roles
 from echo_trl.train.world_eval import evaluate_world_model

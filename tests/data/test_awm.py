@@ -7,7 +7,8 @@ import json
 import pytest
 from helpers.episodes import openenv_episode, session_episode
 
-from echo_trl.data.awm import awm_episode_to_trajectory, load_awm_episodes, tool_schema
+from echo_trl.data.records import awm_episode_to_trajectory, load_awm_episodes
+from echo_trl.data.tools import tool_schema
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 

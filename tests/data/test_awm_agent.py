@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_trl.data import awm_agent as A
-from echo_trl.data.awm import awm_episode_to_trajectory
-from echo_trl.data.dataset import row_to_trajectory, trajectory_to_row
+from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.schema import row_to_trajectory, trajectory_to_row
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 
@@ -240,7 +240,7 @@ def test_awm_agent_rows_render_without_tool_schemas_and_roles_follow():
 def test_content_platform_1_episode_holds_the_official_prompt_and_listing(tmp_path, awm1k_samples):
     """Acceptance, as an AWM user: capture on the AWM-1K sample, build --format awm-agent, compare bytes."""
     from echo_trl.commands.cli import main as cli
-    from echo_trl.data.dataset import load_echo_dataset
+    from echo_trl.data.store import load_echo_dataset
 
     replay = tmp_path / "replay.jsonl"
     replay.write_text(

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from echo_trl.data.awm import load_awm_episodes
-from echo_trl.data.conversations import conversation_to_trajectory, is_conversation
-from echo_trl.data.dataset import build_awm_dataset
+from echo_trl.data.build import build_awm_dataset
+from echo_trl.data.conversations import conversation_to_trajectory
+from echo_trl.data.records import is_conversation, load_awm_episodes
 from echo_trl.errors import EpisodeError
 from echo_trl.roles import Role
 

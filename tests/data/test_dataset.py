@@ -12,16 +12,10 @@ from helpers.episodes import openenv_episode, session_episode
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from echo_trl.data.awm import awm_episode_to_trajectory
-from echo_trl.data.dataset import (
-    FEATURES,
-    build_awm_dataset,
-    load_echo_dataset,
-    row_to_trajectory,
-    save_dataset,
-    trajectories_to_dataset,
-    validate_dataset,
-)
+from echo_trl.data.build import build_awm_dataset, trajectories_to_dataset
+from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.schema import FEATURES, row_to_trajectory
+from echo_trl.data.store import load_echo_dataset, save_dataset, validate_dataset
 from echo_trl.errors import DatasetSchemaError, EpisodeError
 
 

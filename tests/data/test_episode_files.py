@@ -7,8 +7,8 @@ import json
 import pytest
 from helpers.episodes import openenv_episode
 
-from echo_trl.data.awm import load_awm_episodes
 from echo_trl.data.episode_files import find_episode_files
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.errors import EpisodeError
 
 

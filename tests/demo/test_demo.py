@@ -8,7 +8,7 @@ import json
 import pytest
 
 from echo_trl.commands.cli import main as cli_main
-from echo_trl.data.dataset import build_awm_dataset
+from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo import run as demo_run
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.errors import EchoTrlError

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from echo_trl.data.dataset import build_awm_dataset
+from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo.tiny import ensure_tiny_model
 from echo_trl.demo.warmup import WarmupSettings, warm_up_tiny_model, warmup_examples
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.roles import Trajectory, tool_call
 from echo_trl.trainer import EchoGRPOTrainer
 from helpers.tiny import tiny_model, tiny_tokenizer

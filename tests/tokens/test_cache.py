@@ -10,7 +10,7 @@ import pytest
 from helpers.shared_data import REPO
 from helpers.tiny import tiny_tokenizer
 
-from echo_trl.data.dataset import build_awm_dataset
+from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo.tiny import build_tiny_tokenizer
 from echo_trl.errors import EchoTrlError
 from echo_trl.tokens import cache as token_cache

@@ -14,7 +14,7 @@ from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echo_trl.data.awm import load_awm_episodes
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.errors import TemplateError
 from echo_trl.roles import Role
 from echo_trl.tokens.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
@@ -125,7 +125,7 @@ def test_zero_env_tokens_is_fine():
 
 
 def test_batch_equals_one_by_one_and_dataset_rows_equal_trajectories():
-    from echo_trl.data.dataset import trajectory_to_row
+    from echo_trl.data.schema import trajectory_to_row
 
     tok = tiny_tokenizer("qwen3")
     ts = [make_trajectory(HARD_OUTPUTS[: k + 1]) for k in range(4)]

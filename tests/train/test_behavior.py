@@ -17,7 +17,7 @@ from helpers.tiny import tiny_model
 from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, trajectory
 
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
-from echo_trl.data.dataset import trajectories_to_dataset
+from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
 from echo_trl.tokens.cache import ROLES

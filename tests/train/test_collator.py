@@ -96,7 +96,7 @@ def test_collate_pads_like_trl():
 def test_real_captured_awm_episode(captured_episode):
     import json
 
-    from echo_trl.data.awm import awm_episode_to_trajectory
+    from echo_trl.data.records import awm_episode_to_trajectory
 
     t = awm_episode_to_trajectory(json.loads(captured_episode.read_text()))
     tok = tiny_tokenizer("qwen2_5")
@@ -136,7 +136,7 @@ def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkey
     """The trainer's rows carry cached tokens (echo_trl.tokens.cache): their features are the fresh ones, cuts,
     targets and caps included, and building them renders nothing."""
     import echo_trl.train.collator as collator_module
-    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.tokens.cache import tokenize_dataset
 
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))

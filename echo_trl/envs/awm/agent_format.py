@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...data import awm_agent
-from .environment import AWMEnvironment, _factory, _pool
+from ...data.prompt import prompt_messages
+from .environment import AWMEnvironment, make_factory, resolve_pool
 from .episode import Episode
-from .policy import ModelPolicy, fill_system_prompt
+from .policy import ModelPolicy
 from .pool import ServerPool
 from .scenario import Scenario
 from .verifier import RewardConfig
@@ -61,10 +62,7 @@ class AWMAgentModelPolicy(ModelPolicy):
             self.system_prompt = awm_agent.SYSTEM_PROMPT
 
     def play(self, episode: Episode, episode_index: int = 0) -> None:
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": fill_system_prompt(self.system_prompt, episode.scenario)},
-            {"role": "user", "content": episode.task},
-        ]
+        messages = prompt_messages(self.system_prompt, episode.scenario, episode.task)
         episode.behavior_logprobs = []
         for _ in range(self.max_steps):
             _, ids, logprobs = self._generate(messages, None)
@@ -139,7 +137,7 @@ def awm_agent_environment_factory(
             "the awm-agent environment has exactly list_tools and call_tool, so the verifier cannot "
             "enter the conversation online: use verify_turn='omit' (get_reward runs it)"
         )
-    pool = _pool(
+    pool = resolve_pool(
         pool,
         max_servers,
         rewards=rewards,
@@ -159,4 +157,4 @@ def awm_agent_environment_factory(
             "__doc__": f"AWM scenarios {sorted(sc.name for sc in scenarios)} in the official agent's format.",
         },
     )
-    return _factory(cls)
+    return make_factory(cls)

@@ -43,9 +43,10 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...data.awm import VERIFY_TURNS, serialize_output
+from ...data.awm_agent import VERIFY_TURNS
+from ...data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
+from ...data.tools import serialize_output
 from .episode import Episode
-from .policy import fill_system_prompt
 from .pool import ServerPool
 from .scenario import Scenario, ScenarioSource
 from .verifier import RewardConfig
@@ -292,7 +293,9 @@ def environment_class(
     )
 
 
-def _factory(cls: type[AWMEnvironment]) -> Callable[[], AWMEnvironment]:
+def make_factory(cls: type[AWMEnvironment]) -> Callable[[], AWMEnvironment]:
+    """The zero-argument factory TRL calls for ``cls``; its instances are closed by :func:`close_environments`."""
+
     def factory() -> AWMEnvironment:
         env = cls()
         _instances.add(env)
@@ -302,7 +305,8 @@ def _factory(cls: type[AWMEnvironment]) -> Callable[[], AWMEnvironment]:
     return factory
 
 
-def _pool(pool: ServerPool | None, max_servers: int, **kwargs: Any) -> ServerPool:
+def resolve_pool(pool: ServerPool | None, max_servers: int, **kwargs: Any) -> ServerPool:
+    """``pool``, or a new one of ``max_servers`` (``kwargs``: its settings) that :func:`close_environments` stops."""
     if pool is not None:
         return pool
     pool = ServerPool(max_servers, **kwargs)
@@ -333,7 +337,7 @@ def awm_environment_factory(
     ``unsafe_no_sandbox=True`` runs it uncontained (refused otherwise where no sandbox can be had).
     """
     sc = source if isinstance(source, Scenario) else source.load(scenario or "")
-    pool = _pool(
+    pool = resolve_pool(
         pool,
         max_servers,
         rewards=rewards,
@@ -341,7 +345,7 @@ def awm_environment_factory(
         verifier_timeout=verifier_timeout,
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
-    return _factory(
+    return make_factory(
         environment_class(
             pool,
             sc,
@@ -375,7 +379,7 @@ def awm_environment_factories(
     names = [sc.name for sc in scenarios]
     if len(set(names)) != len(names):
         raise ValueError(f"scenario names repeat: {names}")
-    pool = _pool(
+    pool = resolve_pool(
         pool,
         max_servers,
         rewards=rewards,
@@ -384,7 +388,7 @@ def awm_environment_factories(
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
     return {
-        sc.name: _factory(
+        sc.name: make_factory(
             environment_class(
                 pool,
                 sc,
@@ -422,23 +426,15 @@ def awm_task_dataset(
     """
     from datasets import Dataset
 
-    from ...data.awm import DEFAULT_SYSTEM_PROMPT
-
     many = not isinstance(scenario, Scenario)
     scenarios = list(scenario) if many else [scenario]
     template = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT
     per_scenario = []
     for sc in scenarios:
         chosen = task_indices.get(sc.name) if isinstance(task_indices, dict) else task_indices
-        system = fill_system_prompt(template, sc.name)
         per_scenario.append(
             [
-                (
-                    sc,
-                    k,
-                    ([{"role": "system", "content": system}] if system else [])
-                    + [{"role": "user", "content": sc.task(k)}],
-                )
+                (sc, k, prompt_messages(template, sc.name, sc.task(k)))
                 for k in (chosen if chosen is not None else range(len(sc.tasks)))
                 for _ in range(repeats)
             ]

@@ -4,7 +4,7 @@ The runtime owns one temp directory, the SQLite database built from schema + sam
 initial snapshot, and one contained scenario server. Episodes reuse the server: ``new_episode``
 restores the live database from the snapshot (SQLite backup API, milliseconds) and opens a
 fresh MCP session. Every step becomes an observation in the OpenEnv capture shape that
-``echo_trl.data.awm.load_awm_episodes`` reads::
+``echo_trl.data.records.load_awm_episodes`` reads::
 
     {"action": {"tool_name": str, "arguments": dict},
      "observation": {"tool_name", "tool_result" | "error" | "verify_result", "warning",
@@ -38,16 +38,15 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ...data.awm import VERIFY_TURNS
+from ...data.awm_agent import VERIFY_TURNS
 from . import sandbox
 from .database import BuildReport, build_database, copy_database
 from .mcp_client import MCPError, MCPSession
-from .scenario import Scenario, ScenarioError
+from .scenario import Scenario
 from .server import ScenarioServer
 from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
 
 FORMAT_ERRORS = ("tool_not_found", "invalid_args")
-ENV_FAILURES = ("timeout", "server_error")
 _STATUS = re.compile(r"Status code: (\d{3})")
 
 
@@ -522,13 +521,3 @@ def verify_turn_fields(
     out = {"steps": [s for s in steps if s is not verify_step], "verification": verify_step}
     answer = verify_step["action"]["arguments"].get("final_answer")
     return out if answer is None else {**out, "final_answer": answer}
-
-
-def start_runtime(scenario: Scenario, **kwargs: Any) -> AWMRuntime:
-    """``AWMRuntime(scenario, **kwargs).start()`` with a scenario-naming error on failure."""
-    try:
-        return AWMRuntime(scenario, **kwargs).start()
-    except ScenarioError:
-        raise
-    except MCPError as exc:
-        raise ScenarioError(f"MCP handshake with the scenario server failed: {exc}", scenario=scenario.name) from None

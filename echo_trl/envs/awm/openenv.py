@@ -28,8 +28,7 @@ from typing import Any
 
 from ...errors import EchoTrlError
 from .episode import verify_turn_fields
-
-HIDDEN_TOOLS = ("verify", "done", "__list_scenarios__")
+from .policy import Policy, play_episode
 
 
 class OpenEnvError(EchoTrlError):
@@ -255,7 +254,7 @@ def capture_openenv_episode(
     base_url: str,
     scenario: str,
     task_idx: int,
-    policy: Any,
+    policy: Policy,
     *,
     episode_index: int = 0,
     verifier_mode: str = "code",
@@ -268,10 +267,4 @@ def capture_openenv_episode(
         episode = RemoteEpisode(
             client, scenario, task_idx, verifier_mode=verifier_mode, stop_on_format_error=stop_on_format_error
         )
-        try:
-            policy.play(episode, episode_index)
-            if not episode.done:
-                episode.verify()
-        finally:
-            episode.close()
-        return episode.record(verify_turn)
+        return play_episode(policy, episode, episode_index, verify_turn)

@@ -21,8 +21,8 @@ stops early when the environment ends the episode (server failure; a format erro
 
 Recorded episodes are replay input too: the OpenEnv capture shape (what ``echo-trl capture``
 writes) and AWM's ``trajectory.json``, as ``.json`` / ``.jsonl`` files or directories of them,
-read with :func:`echo_trl.data.awm.iter_episode_records` and validated by
-:func:`echo_trl.data.awm.awm_episode_to_trajectory` (errors name file, record and field). Their tool
+read with :func:`echo_trl.data.episode_files.iter_episode_records` and validated by
+:func:`echo_trl.data.records.awm_episode_to_trajectory` (errors name file, record and field). Their tool
 calls are replayed (a final ``verify`` step, or a ``verification`` entry, becomes the verifier
 run with the recorded final answer), and every step is compared with the recorded observation
 after :func:`normalize_timestamps` (databases built from AWM samples carry their creation
@@ -47,15 +47,43 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ...data.awm import awm_episode_to_trajectory, iter_episode_records, serialize_output
+from ...data.episode_files import iter_episode_records
+from ...data.prompt import prompt_messages
+from ...data.records import awm_episode_to_trajectory
+from ...data.tools import serialize_output, tool_schemas
 from ...errors import EchoTrlError, EpisodeError
+from ...roles import Message
 from .episode import Episode
 
 
 class PolicyError(EchoTrlError):
     """A policy that cannot be loaded (bad replay file, model path ...)."""
+
+
+class Policy(Protocol):
+    """What plays an episode: a replay or a model policy."""
+
+    def play(self, episode: Any, episode_index: int = 0) -> None: ...
+
+
+def play_episode(
+    policy: Policy, episode: Any, episode_index: int = 0, verify_turn: str = "env_output"
+) -> dict[str, Any]:
+    """Play ``episode`` to its end and return its record (the OpenEnv capture shape).
+
+    The policy plays; the verifier runs when the policy did not end the episode; the episode is
+    closed whatever happens. ``episode`` is a local :class:`Episode` or a remote one (OpenEnv);
+    ``verify_turn``: where the record keeps the verifier step (see :meth:`Episode.record`).
+    """
+    try:
+        policy.play(episode, episode_index)
+        if not episode.done:
+            episode.verify()
+    finally:
+        episode.close()
+    return episode.record(verify_turn)
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,21 +283,14 @@ def _script(source: str, d: Any) -> Script:
 # Model
 
 
-def fill_system_prompt(template: str, scenario: str) -> str:
-    """``template`` with ``{scenario}`` filled in; every other brace is text (JSON examples, code)."""
-    return template.replace("{scenario}", scenario)
+def live_prompt(system_prompt: str | None, episode: Episode) -> tuple[list[Message], list[dict[str, Any]]]:
+    """The prompt messages and tool schemas a model policy starts ``episode`` with.
 
-
-def mcp_tool_to_schema(tool: dict[str, Any]) -> dict[str, Any]:
-    """An MCP tool object as the OpenAI/chat-template function schema."""
-    return {
-        "type": "function",
-        "function": {
-            "name": tool["name"],
-            "description": tool.get("description", ""),
-            "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
-        },
-    }
+    Built by the functions the dataset builder renders the episode's recording with
+    (:func:`~echo_trl.data.prompt.prompt_messages`, :func:`~echo_trl.data.tools.tool_schemas`), so
+    the model saw at capture time the prompt it is trained on.
+    """
+    return prompt_messages(system_prompt, episode.scenario, episode.task), tool_schemas(episode.runtime.tools)
 
 
 @dataclass
@@ -350,11 +371,7 @@ class ModelPolicy:
     def play(self, episode: Episode, episode_index: int = 0) -> None:
         from trl.chat_template_utils import parse_response
 
-        tools = [mcp_tool_to_schema(t) for t in episode.runtime.tools]
-        messages: list[dict[str, Any]] = []
-        if self.system_prompt:
-            messages.append({"role": "system", "content": fill_system_prompt(self.system_prompt, episode.scenario)})
-        messages.append({"role": "user", "content": episode.task})
+        messages, tools = live_prompt(self.system_prompt, episode)
         episode.behavior_logprobs = []
         for _ in range(self.max_steps):
             prompt_ids, ids, logprobs = self._generate(messages, tools)

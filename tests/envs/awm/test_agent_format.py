@@ -10,7 +10,7 @@ from helpers.shared_data import AWM1K_SAMPLES, require_shared
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.data import awm_agent
-from echo_trl.data.awm import load_awm_episodes
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.envs.awm.agent_format import AWMAgentModelPolicy, agent_reply, awm_agent_environment_factory
 from echo_trl.envs.awm.pool import ServerPool
 from echo_trl.envs.awm.scenario import ScenarioSource

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from echo_trl.commands.cli import main as cli
-from echo_trl.data.awm import load_awm_episodes
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.envs.awm.policy import PolicyError, ReplayPolicy
 
 SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
@@ -364,3 +364,45 @@ def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
     assert "verification" in rec and all(s["action"]["tool_name"] != "verify" for s in rec["steps"])  # omit default
     assert rec["verification"]["action"]["tool_name"] == "verify" and rec["behavior_logprobs"]
     assert "verifier turn: omit" in (out / "capture_log.txt").read_text()
+
+
+def test_a_live_episode_and_the_dataset_built_from_its_recording_render_the_same_prompt(tmp_path):
+    """What a model policy is shown live is what training on the recording renders: same text, same ids."""
+    from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+
+    from echo_trl.data.build import build_awm_dataset
+    from echo_trl.data.prompt import DEFAULT_SYSTEM_PROMPT
+    from echo_trl.envs.awm.episode import AWMRuntime
+    from echo_trl.envs.awm.policy import Script, live_prompt, play_episode
+    from echo_trl.envs.awm.scenario import ScenarioSource
+    from echo_trl.tokens.tokenization import tokenize_with_roles
+
+    scenario = ScenarioSource.from_dir(LIBRARY).load("library_1")
+    replay = ReplayPolicy([Script(0, [("search_members", {"query": "Priya Raman"})], final_answer="Found her.")])
+    with AWMRuntime(scenario) as runtime:
+        described = runtime.tools[1]
+        runtime.tools[0] = {**runtime.tools[0], "description": None}  # MCP makes a tool's description optional
+        episode = runtime.new_episode(0)
+        messages, tools = live_prompt(DEFAULT_SYSTEM_PROMPT, episode)  # what ModelPolicy.play starts with
+        record = play_episode(replay, episode)
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(record) + "\n")  # as capture writes it
+    row = build_awm_dataset([tmp_path / "episodes.jsonl"])[0]
+
+    assert [m["content"] for m in messages] == [m["content"] for m in row["prompt"]]
+    assert messages[0]["content"] == DEFAULT_SYSTEM_PROMPT.replace("{scenario}", "library_1")
+    assert tools == [json.loads(t) for t in row["tools"]]
+    assert tools[0]["function"]["description"] == "" and record["tools"][0]["description"] is None
+    assert tools[1]["function"] == {
+        "name": described["name"],
+        "description": described["description"],
+        "parameters": described["inputSchema"],
+    }
+    for family in TEMPLATE_FAMILIES:
+        tok = tiny_tokenizer(family)
+        live_text = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        live_ids = tok.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        trained = tokenize_with_roles(tok, row)
+        assert trained.text.startswith(live_text), family
+        assert trained.input_ids[: trained.prompt_length] == list(live_ids), family

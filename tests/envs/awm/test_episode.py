@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers.processes import descendant_pids
 
-from echo_trl.data.awm import awm_episode_to_trajectory, load_awm_episodes
+from echo_trl.data.records import awm_episode_to_trajectory, load_awm_episodes
 from echo_trl.envs.awm import sandbox
 from echo_trl.envs.awm.episode import AWMRuntime, classify_tool_error
 from echo_trl.envs.awm.scenario import ScenarioSource, VerifierSpec

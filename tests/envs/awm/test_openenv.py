@@ -22,7 +22,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from helpers.processes import descendant_pids
 
 from echo_trl.commands.cli import main as cli
-from echo_trl.data.awm import load_awm_episodes
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
 from echo_trl.envs.awm.policy import ReplayPolicy, Script

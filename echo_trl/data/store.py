@@ -1,0 +1,107 @@
+"""Saved trajectory datasets: recognise, load, validate, save (atomically, with the card) and push.
+
+A saved dataset is a ``save_to_disk`` directory (:func:`saved_dataset_kind`), local data files
+or a Hub id; :func:`validate_dataset` checks any of them against the ECHO row schema
+(:mod:`echo_trl.data.schema`) and casts compatible ones to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datasets
+from datasets import Features
+
+from ..errors import DatasetSchemaError
+from ..outputs import atomic_output_dir
+from .card import dataset_card
+from .records import SkippedRecord
+from .schema import FEATURES, REQUIRED_COLUMNS
+
+#: A file every ``save_to_disk`` directory of one split has: what makes an existing ``--output`` replaceable.
+DATASET_MARKER = "dataset_info.json"
+#: The file ``save_to_disk`` writes for a ``DatasetDict`` (several splits).
+DATASET_DICT_MARKER = "dataset_dict.json"
+
+
+def saved_dataset_kind(path: str | Path) -> str | None:
+    """What ``save_to_disk`` left at ``path``: ``"dataset"`` (one split), ``"dataset_dict"`` (splits) or ``None``.
+
+    ``None`` for anything else (episode files, a directory of them, data files, a Hub id).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if (path / DATASET_MARKER).exists():
+        return "dataset"
+    if (path / DATASET_DICT_MARKER).exists():
+        return "dataset_dict"
+    return None
+
+
+def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Dataset:
+    """Check the columns ECHO needs; cast compatible schemas (e.g. parquet from the Hub) to ours."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+    if missing:
+        raise DatasetSchemaError(
+            f"{name}: missing column(s) {', '.join(missing)}; expected the ECHO trajectory schema "
+            f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`."
+        )
+    if "behavior_logprobs" not in ds.column_names:
+        ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])
+    if "format" not in ds.column_names:  # built before formats existed: chat-template
+        ds = ds.add_column("format", ["chat-template"] * len(ds), feature=FEATURES["format"])
+    extra = [c for c in ds.column_names if c not in FEATURES]
+    if ds.features != FEATURES:
+        wanted = Features({**{k: v for k, v in ds.features.items() if k in extra}, **FEATURES})
+        try:
+            ds = ds.cast(Features({c: wanted[c] for c in ds.column_names}))
+        except (ValueError, TypeError) as exc:
+            bad = [c for c in FEATURES if c in ds.features and ds.features[c] != FEATURES[c]]
+            raise DatasetSchemaError(
+                f"{name}: column(s) {', '.join(bad)} have the wrong feature type ({exc})"
+            ) from None
+    return ds
+
+
+def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> datasets.Dataset:
+    """Load a trajectory dataset: a ``save_to_disk`` directory, local data files, or a Hub id."""
+    if saved_dataset_kind(name_or_path):
+        ds = datasets.load_from_disk(str(Path(name_or_path)))
+        if isinstance(ds, datasets.DatasetDict):
+            ds = ds[split]
+    else:
+        ds = datasets.load_dataset(str(name_or_path), split=split)
+    return validate_dataset(ds, str(name_or_path))
+
+
+def save_dataset(
+    ds: datasets.Dataset,
+    output_dir: str | Path,
+    *,
+    skipped: list[SkippedRecord] = (),
+    push_to_hub: str | None = None,
+    private: bool | None = None,
+) -> Path:
+    """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push.
+
+    Atomic: everything is written into a temporary sibling directory that then replaces
+    ``output_dir`` in one rename, under a lock (:mod:`echo_trl.outputs`), so a killed or failed save
+    leaves the previous dataset intact and a concurrent writer is refused. An existing
+    ``output_dir`` must be empty or a previous dataset.
+    """
+    out = Path(output_dir)
+    with atomic_output_dir(out, replace_if=DATASET_MARKER) as tmp:
+        ds.save_to_disk(str(tmp))
+        card = dataset_card(ds, skipped=len(skipped))
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+        if skipped:
+            with (tmp / "skipped.jsonl").open("w", encoding="utf-8") as fh:
+                for s in skipped:
+                    fh.write(s.to_jsonl() + "\n")
+    if push_to_hub:
+        from huggingface_hub import DatasetCard
+
+        ds.push_to_hub(push_to_hub, private=private)
+        DatasetCard(card).push_to_hub(push_to_hub, repo_type="dataset")
+    return out
