@@ -38,10 +38,12 @@ from .train.advantages import ADVANTAGE_COLUMN, collated_advantages, with_advant
 from .train.behavior import add_initial_logprobs
 from .train.collator import CollatorSettings, collate_features, trajectory_features
 from .train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .train.model import check_reprojection_supported, context_length, logps_at_temperature
 from .train.model_card import add_echo_section
 from .train.offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
-from .train.online_masks import online_masks
+from .train.online_masks import GeneratedRollouts, online_masks
 from .train.precision import FP16_WARNING, check_world_finite, uses_fp16
+from .train.sampler import ResumableRepeatSampler
 from .train.world_eval import HeldOutTotals
 
 __all__ = ["ADVANTAGE_COLUMN", "EVAL_INDEX_COLUMN", "EchoGRPOTrainer", "no_reward", "recorded_reward"]
@@ -107,20 +109,20 @@ class EchoGRPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
-        self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
+        self._echo_settings = CollatorSettings.from_args(args, context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
         offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
         add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # behavior_policy="initial"
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
         if self._echo_reproject:
-            trl_compat.check_reprojection_supported(
+            check_reprojection_supported(
                 self.model,
                 "world_loss_temperature differs from temperature",
                 "set them equal (the world term then reuses TRL's log-probs)",
             )
         if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
-            trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
-        self._echo_rollouts: trl_compat.GeneratedRollouts | None = None  # the last _generate's, for the masks
+            check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
+        self._echo_rollouts: GeneratedRollouts | None = None  # the last _generate's, for the masks
         self._echo_eval = HeldOutTotals()
         self._echo_warned: set[str] = set()
 
@@ -141,7 +143,7 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
         if not offline.is_trajectory_dataset(dataset):  # online: TRL's settings, resumable
-            return trl_compat.ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
+            return ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
         return offline.train_sampler(
             dataset, self.args, self.num_iterations, self.shuffle_dataset, grouped=self._echo_share
         )
@@ -294,7 +296,7 @@ class EchoGRPOTrainer(GRPOTrainer):
             or [torch.zeros_like(completion_ids, dtype=torch.bool)]
         ).any(0)
         hidden = forward.hidden[:, -completion_ids.size(1) - 1 : -1]  # the position before each token predicts it
-        values = trl_compat.logps_at_temperature(model, hidden[need], completion_ids[need], temperature)
+        values = logps_at_temperature(model, hidden[need], completion_ids[need], temperature)
         return torch.zeros(need.shape, dtype=values.dtype, device=values.device).masked_scatter(need, values)
 
     def _world_term(self, model, inputs, forward: trl_compat.LossForward, mode: str) -> torch.Tensor:

@@ -11,10 +11,12 @@ from datasets import Dataset, IterableDataset
 
 from ..config import TRL_MAX_COMPLETION_LENGTH
 from ..errors import EchoTrlError
+from ..prefix.attention import enable_prefix_tree_attention
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
 from . import trl_compat
 from .advantages import ADVANTAGE_COLUMN, with_advantages
 from .collator import INITIAL_LOGPS
+from .sampler import ResumableRepeatSampler
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = [
@@ -137,7 +139,8 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
 def tokenize_and_share(trainer, *, share: bool) -> None:
     """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's tokenizer
     (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`; online, only the eval trajectories),
-    and switch the model(s) to prefix-tree attention when ``share``."""
+    and switch the model(s) to prefix-tree attention when ``share`` (after TRL's ``__init__``, which installed the
+    fused LM head the shared-prefix forward scores with; without a tree the attention is plain SDPA)."""
     tokenizer = trl_compat.tokenizer(trainer)
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
@@ -147,16 +150,16 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
     for key, ds in evals.items():
         check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
     if share:
-        trl_compat.enable_prefix_sharing(trainer)
+        for model in (trainer.model, trainer.ref_model):
+            if model is not None:
+                enable_prefix_tree_attention(model)
 
 
-def train_sampler(
-    dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool
-) -> trl_compat.ResumableRepeatSampler:
+def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> ResumableRepeatSampler:
     """Each trajectory once per epoch (no ``num_generations`` repeats: groups come from ``group_id``); the repeat
     over ``steps_per_generation x num_iterations`` is TRL's buffering of one generation batch. ``grouped``: the
     epoch order keeps a group's (and a scenario's) rows together, for prefix sharing."""
-    return trl_compat.ResumableRepeatSampler(
+    return ResumableRepeatSampler(
         data_source=dataset,
         mini_repeat_count=1,
         batch_size=args.generation_batch_size,
