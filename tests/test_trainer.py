@@ -17,7 +17,8 @@ from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call
-from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
+from echo_trl.train.advantages import ADVANTAGE_COLUMN
+from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -765,6 +766,7 @@ from transformers import TrainerCallback
 from test_trainer import dataset, tiny_model
 from conftest import tiny_tokenizer
 from echo_trl.config import EchoGRPOConfig
+from echo_trl.train.advantages import ADVANTAGE_COLUMN
 from echo_trl.trainer import EchoGRPOTrainer
 
 per, out, norm, share = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"

@@ -95,14 +95,18 @@ def test_training_and_evaluation_steps_never_render_a_chat_template(tmp_path, mo
     seen = []
     original = collator.trajectory_features
     monkeypatch.setattr(
-        "echo_trl.trainer.trajectory_features",
+        "echo_trl.train.offline.trajectory_features",
         lambda tok, row, s: seen.append(has_tokens(row)) or original(tok, row, s),
     )
     eval_trainer.train()  # the dataloader keeps the cached columns (TRL's signature-column removal)
     metrics = eval_trainer.evaluate()
     assert seen and all(seen) and "eval_world/ce_env" in metrics
     with pytest.raises(AssertionError, match="rendered"):  # the patch is live: an uncached row would render
-        original(tiny_tokenizer("qwen3"), dict(grouped_dataset(2)[0]), eval_trainer._echo_settings)
+        original(
+            tiny_tokenizer("qwen3"),
+            dict(grouped_dataset(2)[0]),
+            collator.CollatorSettings.from_args(eval_trainer.args),
+        )
 
 
 def _losses(trainer) -> list[dict]:

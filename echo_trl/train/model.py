@@ -9,6 +9,7 @@ forward. That reproduces the model's logits only for models that do not rescale 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -62,6 +63,19 @@ def check_reprojection_supported(model, why: str, fix: str) -> None:
             f"{why}, which re-projects hidden states through the LM head, but this model rescales "
             f"its logits ({', '.join(found)}); {fix}"
         )
+
+
+def check_temperatures(model, *, temperature: float, world_loss_temperature: float, evaluates: bool) -> None:
+    """At trainer init: refuse the temperatures whose log-probs need a re-projection this model cannot give
+    (the world term at ``world_loss_temperature`` != TRL's ``temperature``; the held-out CE at 1)."""
+    if not math.isclose(world_loss_temperature, temperature):
+        check_reprojection_supported(
+            model,
+            "world_loss_temperature differs from temperature",
+            "set them equal (the world term then reuses TRL's log-probs)",
+        )
+    if evaluates and not math.isclose(temperature, 1.0):
+        check_reprojection_supported(model, "held-out CE is at temperature 1", "set temperature=1")
 
 
 @contextmanager
