@@ -15,15 +15,13 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .roles import WORLD_LOSS_TARGETS
+from .train.offline import TRL_MAX_COMPLETION_LENGTH
 
 #: Shapes of the world-model coefficient over training steps.
 COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
 
 #: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
 WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
-
-#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
-TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 
 #: What stands in for the behaviour policy of offline rows without recorded log-probs (see ``behavior_policy``).
 BEHAVIOR_POLICIES = ("initial", "current")

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
+from trl import GRPOConfig
 from trl.trainer.utils import RepeatSampler
 
-from ..config import TRL_MAX_COMPLETION_LENGTH
 from ..errors import EchoTrlError
 from ..prefix.attention import enable_prefix_tree_attention
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
@@ -42,6 +42,8 @@ TRAJECTORY_COLUMNS = [
     INITIAL_LOGPS,
     *TOKEN_COLUMNS,
 ]
+#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
+TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
