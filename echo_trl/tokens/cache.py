@@ -43,9 +43,14 @@ TOKEN_FEATURES = {
 }
 
 
+def cache_home() -> Path:
+    """echo_trl's cache directory: ``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``."""
+    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
+
+
 def cache_root() -> Path:
-    """Where token caches of in-memory datasets go (``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``)."""
-    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl")) / "tokens"
+    """Where token caches of in-memory datasets go (``tokens`` under :func:`cache_home`)."""
+    return cache_home() / "tokens"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
