@@ -32,6 +32,8 @@ import torch.nn.functional as F
 
 from .tree import PrefixTree, build_prefix_tree, gather_index, rows_from_padded
 
+__all__ = ["enable_prefix_tree_attention", "shared_logps"]
+
 #: Name of the tree attention in ``transformers``' ``AttentionInterface`` / ``AttentionMaskInterface``.
 TREE_ATTENTION = "echo_prefix_tree"
 

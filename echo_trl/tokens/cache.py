@@ -29,6 +29,8 @@ from datasets import Features, List, Value
 
 from .tokenization import RoleTokens, tokenize_rows
 
+__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]
+
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
 LAYOUT_VERSION = "2"
 

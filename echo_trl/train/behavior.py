@@ -43,6 +43,8 @@ from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, traject
 from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
 
+__all__ = ["add_initial_logprobs", "model_fingerprint"]
+
 logger = logging.getLogger(__name__)
 
 #: Bumped whenever what the column holds changes, so stale caches are not reused.

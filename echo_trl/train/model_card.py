@@ -18,6 +18,8 @@ from typing import Any
 from ..data.card import AWM_CITATION
 from ..data.hub import is_hub_id
 
+__all__ = ["echo_card_section", "add_echo_section", "final_metrics"]
+
 #: Metrics reported in the card (the last logged value of each), in this order.
 FINAL_METRICS = (
     "eval_world/ce_env",

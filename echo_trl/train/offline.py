@@ -24,6 +24,8 @@ from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, traject
 from .loss import global_count
 from .sampler import ResumableRepeatSampler
 
+__all__ = ["recorded_reward", "no_reward"]
+
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = [
     "prompt",

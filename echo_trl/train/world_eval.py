@@ -20,6 +20,8 @@ from ..tokens.tokenization import tokenize_with_roles
 from .batch import CompletionMasks
 from .loss import WorldTotals, masked_nll
 
+__all__ = ["evaluate_world_model", "trajectory_env_nll"]
+
 
 @torch.no_grad()
 def trajectory_env_nll(
