@@ -17,6 +17,7 @@ from echo_trl.data.dataset import trajectories_to_dataset
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Trajectory, tool_call
+from echo_trl.train import trl_compat
 from echo_trl.train.advantages import ADVANTAGE_COLUMN
 from echo_trl.trainer import EchoGRPOTrainer
 
@@ -186,7 +187,7 @@ def test_kl_term_with_reference_model(tmp_path):
     inputs = batch(trainer)
     assert "ref_per_token_logps" in inputs
     loss = trainer._compute_loss(trainer.model, inputs)
-    assert torch.isfinite(loss) and trainer._metrics["train"]["kl"] == [pytest.approx(0.0, abs=1e-6)]
+    assert torch.isfinite(loss) and trl_compat.metrics(trainer, "train")["kl"] == [pytest.approx(0.0, abs=1e-6)]
 
 
 def test_lambda_zero_reproduces_grpo_loss_exactly(tmp_path):
@@ -262,7 +263,7 @@ def test_batch_without_env_tokens_trains_policy_and_gives_zero_world_loss(tmp_pa
     wl = world_only._compute_loss(world_only.model, batch(world_only))
     assert wl.item() == 0.0 and wl.requires_grad
     wl.backward()  # graph-connected zero
-    m = world_only._metrics["train"]
+    m = trl_compat.metrics(world_only, "train")
     assert m["world/tokens_env"] == [0.0] and "world/ce_env" not in m
 
 
@@ -432,7 +433,7 @@ def test_importance_ratio_uses_behavior_logprobs(tmp_path):
     off = make_trainer(tmp_path, ds_shift, model=trainer.model)
     off_loss = off._compute_loss(off.model, batch(off)).item()
     assert off_loss != pytest.approx(on_policy, abs=1e-4)
-    assert off._metrics["train"]["clip_ratio/high_mean"][-1] > 0
+    assert trl_compat.metrics(off, "train")["clip_ratio/high_mean"][-1] > 0
 
 
 def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
@@ -483,7 +484,7 @@ def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures
     inputs = batch(trainer)
     trainer._compute_loss(trainer.model, inputs)
     at_world_t = reference_world_loss(trainer.model, inputs, "token", temperature=world_temperature).item()
-    assert trainer._metrics["train"]["world/ce_env"][-1] == pytest.approx(at_world_t, rel=1e-5)
+    assert trl_compat.metrics(trainer, "train")["world/ce_env"][-1] == pytest.approx(at_world_t, rel=1e-5)
 
 
 def test_eval_counts_each_heldout_trajectory_once(tmp_path):
@@ -497,7 +498,7 @@ def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     rows = [trainer.eval_dataset[i] for i in (0, 1, 0)]
     trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows))
     trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows[1:]))
-    m, tok = trainer._metrics["eval"], tiny_tokenizer("qwen3")
+    m, tok = trl_compat.metrics(trainer, "eval"), tiny_tokenizer("qwen3")
     ref = evaluate_world_model(trainer.model, tok, [held[0], held[1]])
     twice = evaluate_world_model(trainer.model, tok, [held[i] for i in (0, 1, 0, 1, 0)])
     assert twice["ce_env"] != pytest.approx(ref["ce_env"], rel=1e-4)  # the check below can tell them apart
@@ -574,7 +575,7 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
 # Online
 
 
-def _prompt_dataset(n=2):
+def prompt_dataset(n=2):
     from datasets import Dataset
 
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": "Weather in Paris?"}]] * n})
@@ -609,7 +610,7 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
             disable_tqdm=True,
             world_model_coeff=0.05,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
         tools=[lookup],
     )
@@ -633,10 +634,10 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
     trainer.current_gradient_accumulation_steps = 1
     loss = trainer._compute_loss(trainer.model, out)
     assert torch.isfinite(loss)
-    assert trainer._metrics["train"]["world/tokens_env"][-1] == env.sum().item()
+    assert trl_compat.metrics(trainer, "train")["world/tokens_env"][-1] == env.sum().item()
 
 
-def _rollout(tok):
+def fixed_rollout(tok):
     def rollout(prompts, trainer):
         p = tok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
         c = tok("call<|im_end|>result text warn", add_special_tokens=False)["input_ids"]
@@ -655,7 +656,7 @@ def _rollout(tok):
 
 def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
     tok = tiny_tokenizer("qwen3")
-    rollout = _rollout(tok)
+    rollout = fixed_rollout(tok)
     trainer = EchoGRPOTrainer(
         tiny_model(),
         reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
@@ -672,7 +673,7 @@ def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
             disable_tqdm=True,
             logging_steps=1,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
         rollout_func=rollout,
     )
@@ -705,9 +706,9 @@ def test_verifier_free_online_echo_needs_no_reward(tmp_path):
             use_policy_loss=False,
             world_model_coeff=1.0,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
     trainer.train()
     log = next(h for h in trainer.state.log_history if "world/loss_scaled" in h)
@@ -739,7 +740,7 @@ def test_online_sampler_is_trls_order_and_resumable(tmp_path):
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
         train_dataset=prompts,
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
     trl_sampler = GRPOTrainer._get_train_sampler(trainer, prompts)
     trl_epochs = [list(trl_sampler) for _ in range(3)]
@@ -766,7 +767,6 @@ from transformers import TrainerCallback
 from test_trainer import dataset, tiny_model
 from conftest import tiny_tokenizer
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.train.advantages import ADVANTAGE_COLUMN
 from echo_trl.trainer import EchoGRPOTrainer
 
 per, out, norm, share = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"

@@ -16,7 +16,7 @@ import pytest
 import torch
 import trl
 from conftest import tiny_tokenizer
-from test_trainer import _prompt_dataset, _rollout, batch, make_trainer, tiny_model
+from test_trainer import batch, fixed_rollout, make_trainer, prompt_dataset, tiny_model
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -103,6 +103,11 @@ def test_private_attributes_exist_with_the_expected_shapes(tmp_path):
     assert {"completion", "reward", "echo_eval_index"} <= set(trainer._signature_columns)
 
 
+def test_grpo_citation_is_trls_bibtex_entry():
+    citation = trl_compat.grpo_citation()
+    assert citation is not None and citation.lstrip().startswith("@") and "DeepSeekMath" in citation
+
+
 def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
     """A rollout_func with known ids and an extra field: TRL's ``_generate`` passes them through in the
     positions ``generated_rollouts`` reads."""
@@ -121,12 +126,12 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
             max_completion_length=64,
             disable_tqdm=True,
         ),
-        train_dataset=_prompt_dataset(),
+        train_dataset=prompt_dataset(),
         processing_class=tok,
-        rollout_func=_rollout(tok),
+        rollout_func=fixed_rollout(tok),
     )
-    expected = _rollout(tok)([None, None], trainer)
-    result = GRPOTrainer._generate(trainer, [row["prompt"] for row in _prompt_dataset()])
+    expected = fixed_rollout(tok)([None, None], trainer)
+    result = GRPOTrainer._generate(trainer, [row["prompt"] for row in prompt_dataset()])
     assert isinstance(result, tuple) and len(result) == 8
     got = trl_compat.generated_rollouts(result)
     assert [list(ids) for ids in got.completion_ids] == expected["completion_ids"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
+from .tiny import corpus_of, ensure_tiny_model
 from .warmup import add_warmup_arguments
 
 #: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
@@ -141,8 +142,6 @@ def names_only_tools(ds):
 
 
 def _tiny_model_for(ds, cache_dir: Path) -> Path:
-    from .tiny import corpus_of, ensure_tiny_model
-
     corpus = list(corpus_of(ds))
     digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
     return ensure_tiny_model(cache_dir / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)

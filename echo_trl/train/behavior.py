@@ -32,6 +32,7 @@ import os
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from datasets import Features, List, Value
 
 from ..errors import EchoTrlError
@@ -116,8 +117,6 @@ def starting_logprobs(
 
     Processes split the micro-batches round-robin and gather everyone's (all processes must call it).
     """
-    from accelerate.utils import gather_object
-
     tokenizer = trl_compat.tokenizer(trainer)
     accelerator = trainer.accelerator
     batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)

@@ -7,7 +7,8 @@ of what this module relies on. When TRL changes, this module (and the overridden
 ``echo_trl/trainer.py``) is what to re-check:
 
 * ``_tokenizer``, ``_metrics``, ``_is_vlm`` and ``_signature_columns`` (:func:`tokenizer`,
-  :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`);
+  :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`), and the class's ``_paper``
+  (:func:`grpo_citation`);
 * ``_generate``'s 8-tuple (:func:`generated_rollouts`);
 * ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
   :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`), and the result the
@@ -107,6 +108,11 @@ def is_vlm(trainer) -> bool:
 def add_signature_columns(trainer, columns) -> None:
     """Keep ``columns`` in the dataloader's rows (transformers drops columns the model does not take)."""
     trainer._signature_columns = list(dict.fromkeys([*trainer._signature_columns, *columns]))
+
+
+def grpo_citation() -> str | None:
+    """GRPO's BibTeX entry as TRL keeps it for its model cards (``GRPOTrainer._paper``)."""
+    return GRPOTrainer._paper.get("citation")
 
 
 def generated_rollouts(result: tuple) -> GeneratedRollouts:
