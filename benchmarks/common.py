@@ -81,7 +81,8 @@ def ensure_malloc_env() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def _status_mb(key: str) -> float:
+def status_mb(key: str) -> float:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in MiB; NaN where the kernel has none."""
     with open("/proc/self/status", encoding="ascii") as fh:
         for line in fh:
             if line.startswith(key + ":"):
@@ -131,14 +132,14 @@ def measure_call(fn: Callable[[], object]) -> tuple[float, float]:
             fh.write("5")
     except OSError:
         pass
-    base = _status_mb("VmRSS")
+    base = status_mb("VmRSS")
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
     # The kernel's RSS counters are approximate (per-CPU batched) and its high-water mark is refreshed lazily,
     # so for a call that allocates next to nothing the difference can read a few MiB below 0: a peak above the
     # starting level is never negative, so that is read as 0.
-    return dt, max(0.0, _status_mb("VmHWM") - base)
+    return dt, max(0.0, status_mb("VmHWM") - base)
 
 
 def alternate_measured(

@@ -48,6 +48,7 @@ def run(args) -> dict:
     import torch
 
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
+    from echo_trl.train import trl_compat
 
     torch.manual_seed(0)
     quick = args.quick
@@ -97,7 +98,7 @@ def run(args) -> dict:
         state["i"] += 1
 
     first = trainers[names[0]]
-    tok_metrics = first._metrics["train"]
+    tok_metrics = trl_compat.metrics(first, "train")
     tokens_per_step = first.state.num_input_tokens_seen / max(first.state.global_step, 1)
     env_tokens = median(tok_metrics["world/tokens_env"]) if tok_metrics.get("world/tokens_env") else 0.0
     med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}

@@ -21,7 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    _status_mb,
     echo_trainer,
     ensure_malloc_env,
     fit_exponent,
@@ -29,6 +28,7 @@ from common import (  # noqa: E402
     parser,
     report,
     setup,
+    status_mb,
 )
 
 from echo_trl.roles import Trajectory, tool_call  # noqa: E402
@@ -114,13 +114,13 @@ def train_child(tokens: int, checkpointing: bool) -> dict:
             max_steps=2,
             gradient_checkpointing=checkpointing,
         )
-        setup_peak = _status_mb("VmHWM")  # model, dataset, trainer (this process's own: it was exec'ed fresh)
+        setup_peak = status_mb("VmHWM")  # model, dataset, trainer (this process's own: it was exec'ed fresh)
         seconds, delta = measure_call(trainer.train)  # resets the high-water mark first
     return {
         "tokens": n_tokens,
         "gradient_checkpointing": checkpointing,
         "train_2_steps_s": seconds,
-        "peak_rss_mb": _status_mb("VmHWM"),
+        "peak_rss_mb": status_mb("VmHWM"),
         "train_peak_above_start_mb": delta,
         "setup_peak_rss_mb": setup_peak,
         "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h],
@@ -130,7 +130,7 @@ def train_child(tokens: int, checkpointing: bool) -> dict:
 def train_peaks(tokens: int) -> list[dict]:
     out = []
     for ckpt in (False, True):
-        cmd = [sys.executable, __file__, "--_train", str(tokens), *(["--_checkpointing"] if ckpt else [])]
+        cmd = [sys.executable, __file__, "--child_tokens", str(tokens), *(["--child_checkpointing"] if ckpt else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             out.append({"tokens": tokens, "gradient_checkpointing": ckpt, "error": proc.stderr.strip()[-2000:]})
@@ -143,12 +143,12 @@ def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, nargs="+", default=None, help="episode lengths (tool calls) for stats")
     p.add_argument("--train_tokens", type=int, default=20000, help="tokens of the trained trajectory (0: skip)")
-    p.add_argument("--_train", type=int, default=None, help="internal: run one training child")
-    p.add_argument("--_checkpointing", action="store_true", help="internal")
+    p.add_argument("--child_tokens", type=int, default=None, help="internal: run one training child")
+    p.add_argument("--child_checkpointing", action="store_true", help="internal: that child checkpoints")
     args = p.parse_args(argv)
     setup(args)
-    if args._train is not None:
-        print(json.dumps(train_child(args._train, args._checkpointing)))
+    if args.child_tokens is not None:
+        print(json.dumps(train_child(args.child_tokens, args.child_checkpointing)))
         return {}
     steps = args.steps or list(QUICK_STEPS if args.quick else FULL_STEPS)
     stats = stats_times(steps)

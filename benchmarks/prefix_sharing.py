@@ -346,6 +346,10 @@ def run_trainer(args) -> dict:
     import torch
 
     from echo_trl.demo.tiny import build_tiny_model
+    from echo_trl.train import trl_compat
+    from echo_trl.train.collator import CollatorSettings
+    from echo_trl.train.model import context_length
+    from echo_trl.train.offline import collate_batch
 
     G = (args.groups or [8])[0]
     max_completion = (args.completion_range or (None, 512 if args.quick else 1536))[1]
@@ -376,8 +380,10 @@ def run_trainer(args) -> dict:
             dt, mb = measure_call(fns[name])
             res[name]["seconds"].append(dt)
             res[name]["peak_mb"].append(mb)
-    shared = trainers["shared"]._metrics["train"].get("prefix/forwarded_fraction", [])
-    features = trainers["shared"]._offline_batch(rows)
+    shared_trainer = trainers["shared"]
+    shared = trl_compat.metrics(shared_trainer, "train").get("prefix/forwarded_fraction", [])
+    settings = CollatorSettings.from_args(shared_trainer.args, context_length(shared_trainer.model))
+    features = collate_batch(shared_trainer, rows, settings)
     prompt, completion = int(features["prompt_mask"].sum()), int(features["completion_mask"].sum())
     med = {n: {m: median(v[m]) for m in v} for n, v in res.items()}
     result = {

@@ -3,58 +3,44 @@
     python docs/make_api.py            # rewrite docs/api.md
     python docs/make_api.py --check    # exit 1 if docs/api.md is out of date (CI)
 
-Public = what ``echo_trl/__init__.py`` exports (``__all__``) plus the modules listed below; each
-object gets its signature and docstring; ``EchoGRPOConfig`` also gets a table of its ECHO fields
+The package says what is public: ``echo_trl.__all__``, then the ``__all__`` of every module of the package
+that declares one (a name documented once: one ``echo_trl`` exports is not repeated under its module). Each
+class and function gets its signature and docstring; ``EchoGRPOConfig`` also gets a table of its ECHO fields
 with their defaults and ``help`` texts (the same text ``echo-trl train --help`` prints).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import inspect
 import sys
 from pathlib import Path
 
+from trl import GRPOConfig
+
+import echo_trl
+
 OUT = Path(__file__).resolve().parent / "api.md"
 
-#: (module, names) documented besides ``echo_trl.__all__``; each listed by name.
-EXTRA = [
-    (
-        "echo_trl.data.awm_agent",
-        [
-            "list_tools_reply",
-            "meta_tool_schemas",
-            "parse_tool_calls",
-            "parse_call_tool_arguments",
-            "next_action",
-            "action_for_call",
-            "robust_json_loads",
-            "to_awm_agent_trajectory",
-        ],
-    ),
-    ("echo_trl.data.conversations", ["conversation_to_trajectory"]),
-    ("echo_trl.data.build", ["trajectories_to_dataset"]),
-    ("echo_trl.data.store", ["save_dataset", "validate_dataset"]),
-    ("echo_trl.trainer", ["recorded_reward", "no_reward"]),
-    ("echo_trl.outputs", ["check_output_dir", "atomic_output_dir", "output_lock"]),
-    ("echo_trl.tokens.cache", ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]),
-    ("echo_trl.prefix.attention", ["enable_prefix_tree_attention", "shared_logps"]),
-    ("echo_trl.prefix.order", ["prefix_grouped_order"]),
-    ("echo_trl.train.behavior", ["add_initial_logprobs", "model_fingerprint"]),
-    ("echo_trl.train.model_card", ["echo_card_section", "add_echo_section", "final_metrics"]),
-    ("echo_trl.data.card", ["dataset_card"]),
-    ("echo_trl.train.world_eval", ["evaluate_world_model", "trajectory_env_nll"]),
-    (
-        "echo_trl.envs.awm.environment",
-        ["awm_environment_factory", "awm_environment_factories", "awm_task_dataset", "close_environments"],
-    ),
-    ("echo_trl.envs.awm.pool", ["ServerPool", "choose_slot"]),
-    ("echo_trl.envs.awm.agent_format", ["awm_agent_environment_factory", "agent_reply"]),
-    ("echo_trl.envs.awm.policy", ["normalize_timestamps"]),
-    ("echo_trl.envs.awm.scenario", ["ScenarioSource"]),
-]
+
+def _declares_all(node: ast.stmt) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]  # (Ann/Aug)Assign
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
+def public_modules(package) -> list[str]:
+    """The modules of ``package`` that declare ``__all__`` at top level (read from their source: nothing is
+    imported to find them), the package itself first."""
+    root = Path(package.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if any(_declares_all(node) for node in ast.parse(path.read_text(encoding="utf-8")).body):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(found, key=lambda name: (name != package.__name__, name))
 
 
 def _signature(obj) -> str:
@@ -70,8 +56,6 @@ def _doc(obj) -> str:
 
 
 def _config_fields(cls) -> list[str]:
-    from trl import GRPOConfig
-
     base = {f.name for f in dataclasses.fields(GRPOConfig)}
     rows = ["| field | default | help |", "|---|---|---|"]
     for f in dataclasses.fields(cls):
@@ -97,26 +81,24 @@ def _entry(qualname: str, obj) -> list[str]:
 
 
 def render() -> str:
-    import echo_trl
-
     lines = [
         "# API reference",
         "",
         "Generated from the docstrings by `python docs/make_api.py`; do not edit by hand.",
         "",
-        "## `echo_trl`",
-        "",
     ]
-    for name in echo_trl.__all__:
-        obj = getattr(echo_trl, name)
-        if inspect.ismodule(obj) or not (callable(obj) or inspect.isclass(obj)):
-            continue
-        lines += _entry(f"echo_trl.{name}", obj)
-    for module_name, names in EXTRA:
+    documented: set[int] = set()
+    for module_name in public_modules(echo_trl):
         module = importlib.import_module(module_name)
-        lines += [f"## `{module_name}`", "", inspect.cleandoc(module.__doc__ or "").split("\n\n")[0], ""]
-        for name in names:
-            lines += _entry(f"{module_name}.{name}", getattr(module, name))
+        entries = []
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and id(obj) not in documented:  # classes and functions (not constants)
+                documented.add(id(obj))
+                entries += _entry(f"{module_name}.{name}", obj)
+        if entries:
+            summary = inspect.cleandoc(module.__doc__ or "").split("\n\n")[0]
+            lines += [f"## `{module_name}`", "", summary, "", *entries]
     return "\n".join(lines).rstrip() + "\n"
 
 

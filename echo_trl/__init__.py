@@ -7,10 +7,11 @@ and the CLI start fast.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
+#: The public names, each with the module (under ``echo_trl``) that defines it: imported on first use.
 _EXPORTS = {
     "Role": "roles",
     "Trajectory": "roles",
@@ -29,37 +30,14 @@ _EXPORTS = {
     "EchoGRPOTrainer": "trainer",
 }
 
-__all__ = [
-    "DatasetSchemaError",
-    "EchoGRPOConfig",
-    "EchoGRPOTrainer",
-    "EchoTrlError",
-    "EpisodeError",
-    "FEATURES",
-    "Role",
-    "RoleTokens",
-    "TemplateError",
-    "Trajectory",
-    "awm_episode_to_trajectory",
-    "build_awm_dataset",
-    "load_awm_episodes",
-    "load_echo_dataset",
-    "tokenize_with_roles",
-]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .config import EchoGRPOConfig
-    from .data.build import build_awm_dataset
-    from .data.records import awm_episode_to_trajectory, load_awm_episodes
-    from .data.schema import FEATURES
-    from .data.store import load_echo_dataset
-    from .errors import DatasetSchemaError, EchoTrlError, EpisodeError, TemplateError
-    from .roles import Role, Trajectory
-    from .tokens.tokenization import RoleTokens, tokenize_with_roles
-    from .trainer import EchoGRPOTrainer
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module 'echo_trl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -15,15 +15,13 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .roles import WORLD_LOSS_TARGETS
+from .train.offline import TRL_MAX_COMPLETION_LENGTH
 
 #: Shapes of the world-model coefficient over training steps.
 COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
 
 #: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
 WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
-
-#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
-TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 
 #: What stands in for the behaviour policy of offline rows without recorded log-probs (see ``behavior_policy``).
 BEHAVIOR_POLICIES = ("initial", "current")
@@ -49,11 +47,9 @@ class EchoGRPOConfig(GRPOConfig):
     Using [`~transformers.HfArgumentParser`] (TRL's `TrlParser`, as `echo-trl train` does) every field is also a
     command-line flag and a key of a `--config` YAML recipe.
 
-    Field names are kept as released rather than moved under one prefix: they are the CLI flags and YAML keys
-    of existing recipes (`examples/configs/`, users' own), which a rename would break. The groups below say
-    which settings belong together: `world_model_coeff*` (how much the world term weighs), `world_loss_*`
-    (which tokens and how the cross-entropy is computed), `wm_filter_min_*` (which rollouts it learns from)
-    and `max_world_model_tokens` (how many tokens of each observation).
+    The groups below say which settings belong together: `world_model_coeff*` (how much the world term weighs),
+    `world_loss_*` (which tokens and how the cross-entropy is computed), `wm_filter_min_*` (which rollouts it
+    learns from) and `max_world_model_tokens` (how many tokens of each observation).
 
     Parameters:
         > Parameters that control the weight of the world term (lambda)
@@ -126,10 +122,7 @@ class EchoGRPOConfig(GRPOConfig):
             trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how
             far training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
             policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
-            carry `behavior_logprobs` always use them. The default is measured: over 60 offline steps on the
-            bundled AWM episodes, `"current"` let the lambda = 0 policy drift (held-out env CE +46 %, held-out
-            action CE 2.08 -> 5.28) where `"initial"` kept it (-10 %, 2.08 -> 2.13), and ECHO lowered the env
-            CE more (-58 % vs -50 %); docs/training.md has the tables.
+            carry `behavior_logprobs` always use them. docs/benchmarks.md compares the two.
     """
 
     world_model_coeff: float = field(
@@ -263,9 +256,8 @@ class EchoGRPOConfig(GRPOConfig):
             "help": "Offline, for trajectories without behavior_logprobs: the importance ratio's behaviour "
             "policy. 'initial': the starting model (its log-probs computed once per run, cached), so clipping "
             "bounds the drift from it; 'current': the policy at each update (ratio 1, clipping never binds "
-            "across steps). Recorded behavior_logprobs are always used where present. Default 'initial': over "
-            "60 offline steps on the bundled episodes it kept lambda=0 from drifting (held-out env CE x0.90 vs "
-            "x1.46 with 'current') and ECHO lowered it more (x0.42 vs x0.50); docs/training.md.",
+            "across steps). Recorded behavior_logprobs are always used where present; docs/benchmarks.md "
+            "compares the two.",
             "choices": list(BEHAVIOR_POLICIES),
         },
     )

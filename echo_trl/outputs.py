@@ -24,6 +24,8 @@ from pathlib import Path
 
 from .errors import EchoTrlError
 
+__all__ = ["check_output_dir", "atomic_output_dir", "output_lock"]
+
 try:
     import fcntl
 except ImportError:  # Windows: no flock; writes stay atomic, concurrent writers are not detected

@@ -2,10 +2,9 @@
 
     loss = GRPO loss (TRL's ``_compute_loss``, untouched) + lambda * world_loss(same per-token log-probs)
 
-Kept thin: masks are built by pure modules (``collator.py`` offline, ``online_masks.py`` online,
-both through ``world_mask.py``), the loss by ``loss.py``, offline behaviour log-probs by ``behavior.py``,
-and every TRL-private attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrainer``
-hooks (TRL 1.16):
+Kept thin, it wires the modules of ``echo_trl/train/`` (offline batches ``offline.py``, online masks
+``online_masks.py``, the world term ``loss.py``, behaviour log-probs ``behavior.py``); every TRL-private
+attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrainer`` hooks (TRL 1.16):
 
 * ``_generate_and_score_completions``: recorded trajectories (rows with a ``completion``) are collated
   instead of generated (offline); otherwise TRL generates and the env-output masks are attached (online);
@@ -24,27 +23,28 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
 
 from .config import EchoGRPOConfig
 from .data.card import ECHO_PAPER
 from .errors import EchoTrlError
 from .train import metrics, offline, trl_compat
-from .train.advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
+from .train.advantages import with_advantages
+from .train.batch import CompletionMasks
 from .train.behavior import add_initial_logprobs
-from .train.collator import CollatorSettings, collate_features, trajectory_features
-from .train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from .train.collator import CollatorSettings
+from .train.loss import divisor_for, global_count, world_coeff_at, world_loss, world_totals
+from .train.model import check_temperatures, context_length, logps_from_hidden
 from .train.model_card import add_echo_section
-from .train.offline import EVAL_INDEX_COLUMN, no_reward, recorded_reward
-from .train.online_masks import online_masks
+from .train.offline import EVAL_INDEX_COLUMN
+from .train.online_masks import GeneratedRollouts, online_masks
 from .train.precision import FP16_WARNING, check_world_finite, uses_fp16
+from .train.sampler import ResumableRepeatSampler
 from .train.world_eval import HeldOutTotals
 
-__all__ = ["ADVANTAGE_COLUMN", "EVAL_INDEX_COLUMN", "EchoGRPOTrainer", "no_reward", "recorded_reward"]
+__all__ = ["EchoGRPOTrainer"]
 
 
 class EchoGRPOTrainer(GRPOTrainer):
@@ -88,9 +88,9 @@ class EchoGRPOTrainer(GRPOTrainer):
         )
         if is_offline:
             train_dataset = with_advantages(train_dataset, args.scale_rewards, "train_dataset")
-            reward_funcs = [recorded_reward] if reward_funcs is None else reward_funcs
-        if reward_funcs is None and not args.use_policy_loss and environment_factory is None:
-            reward_funcs = [no_reward]  # verifier-free ECHO: TRL wants a reward source, the world term needs none
+        reward_funcs = offline.reward_source(
+            reward_funcs, args, offline=is_offline, environment=environment_factory is not None
+        )
         super().__init__(
             model,
             reward_funcs=reward_funcs,
@@ -107,20 +107,18 @@ class EchoGRPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
-        self._echo_settings = CollatorSettings.from_args(args, trl_compat.context_length(self.model))
+        self._echo_settings = CollatorSettings.from_args(args, context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
         offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
         add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # behavior_policy="initial"
+        check_temperatures(
+            self.model,
+            temperature=self.temperature,
+            world_loss_temperature=args.world_loss_temperature,
+            evaluates=args.eval_strategy != "no",
+        )
         self._echo_reproject = not math.isclose(args.world_loss_temperature, self.temperature)
-        if self._echo_reproject:
-            trl_compat.check_reprojection_supported(
-                self.model,
-                "world_loss_temperature differs from temperature",
-                "set them equal (the world term then reuses TRL's log-probs)",
-            )
-        if args.eval_strategy != "no" and not math.isclose(self.temperature, 1.0):
-            trl_compat.check_reprojection_supported(self.model, "held-out CE is at temperature 1", "set temperature=1")
-        self._echo_rollouts: trl_compat.GeneratedRollouts | None = None  # the last _generate's, for the masks
+        self._echo_rollouts: GeneratedRollouts | None = None  # the last _generate's, for the masks
         self._echo_eval = HeldOutTotals()
         self._echo_warned: set[str] = set()
 
@@ -141,7 +139,7 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
         if not offline.is_trajectory_dataset(dataset):  # online: TRL's settings, resumable
-            return trl_compat.ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
+            return ResumableRepeatSampler.like(super()._get_train_sampler(dataset))
         return offline.train_sampler(
             dataset, self.args, self.num_iterations, self.shuffle_dataset, grouped=self._echo_share
         )
@@ -149,7 +147,7 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _get_eval_sampler(self, eval_dataset):
         if not offline.is_trajectory_dataset(eval_dataset):
             return super()._get_eval_sampler(eval_dataset)
-        return RepeatSampler(data_source=eval_dataset, mini_repeat_count=1, shuffle=False)
+        return offline.eval_sampler(eval_dataset)
 
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
@@ -163,8 +161,8 @@ class EchoGRPOTrainer(GRPOTrainer):
     # Batches
 
     def _generate_and_score_completions(self, inputs):
-        if inputs and "completion" in inputs[0]:
-            return self._offline_batch(inputs)
+        if inputs and "completion" in inputs[0]:  # offline: recorded trajectories, collated instead of generated
+            return offline.collate_batch(self, inputs, self._echo_settings)
         output = super()._generate_and_score_completions(inputs)
         rollouts, self._echo_rollouts = self._echo_rollouts, None
         masks = online_masks(
@@ -176,27 +174,10 @@ class EchoGRPOTrainer(GRPOTrainer):
             settings=self._echo_settings,
             render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(self, msgs, **kw),
         )
-        if masks.env_mask_fallback:
-            self._warn_once(
-                "rollout_env_mask",
-                "rollout_func returned env_mask but no env_output_mask: every "
-                "env_mask == 0 token counts as environment output (template scaffolding included). "
-                "Return env_output_mask for content-only world-model targets.",
-            )
-        if masks.align_failures:
-            self._warn_once(
-                "align",
-                "could not locate tool-output content in some tool_mask == 0 spans; those "
-                "completions train no world term (see world/online_align_failures)",
-            )
-        output.update(
-            env_output_mask=masks.env_output_mask,
-            warning_mask=masks.warning_mask,
-            world_mask=masks.world_mask,
-            world_num_items=self.accelerator.gather(
-                global_count(masks.world_mask, self.args.world_loss_normalization)
-            ).sum(),
-        )
+        for key, message in masks.warnings().items():
+            self._warn_once(key, message)
+        world_count = global_count(masks.world_mask, self.args.world_loss_normalization)
+        output.update(masks.columns(), world_num_items=self.accelerator.gather(world_count).sum())
         metrics.log_online_batch(
             trl_compat.metrics(self, self._mode()), masks.passes, masks.align_failures, self.accelerator.gather
         )
@@ -214,39 +195,6 @@ class EchoGRPOTrainer(GRPOTrainer):
         result = super()._generate(prompts)
         self._echo_rollouts = trl_compat.generated_rollouts(result)
         return result
-
-    def _offline_batch(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """Recorded trajectories -> the inputs TRL's ``_compute_loss`` expects, plus ECHO masks (no generation)."""
-        if trl_compat.is_vlm(self):
-            raise EchoTrlError("offline ECHO supports text-only models (got a multimodal processor)")
-        device, mode, tokenizer = self.accelerator.device, self._mode(), trl_compat.tokenizer(self)
-        features = [trajectory_features(tokenizer, row, self._echo_settings) for row in rows]
-        batch = {k: v.to(device) for k, v in collate_features(features, tokenizer.pad_token_id).items()}
-        batch["advantages"], rewards = collated_advantages(
-            rows, self.args.scale_rewards, self.accelerator.gather, device
-        )
-        if EVAL_INDEX_COLUMN in rows[0]:
-            batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
-        loss_mask = batch["completion_mask"] * batch["tool_mask"]
-        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        batch["world_num_items"] = self.accelerator.gather(
-            global_count(batch["world_mask"], self.args.world_loss_normalization).to(device)
-        ).sum()
-
-        trl_compat.add_sampling_logps(
-            self,
-            batch,
-            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size,
-        )
-        m = trl_compat.metrics(self, mode)
-        metrics.log_offline_batch(
-            m, rewards, batch["advantages"], batch["completion_mask"], features, self.accelerator.gather
-        )
-        if mode == "train":
-            tokens = batch["prompt_mask"].sum() + batch["completion_mask"].sum()
-            self.state.num_input_tokens_seen += self.accelerator.gather(tokens).sum().item()
-        m["num_tokens"] = [self.state.num_input_tokens_seen]
-        return batch
 
     # ----------------------------------------------------------------------------------------
     # Loss
@@ -284,57 +232,37 @@ class EchoGRPOTrainer(GRPOTrainer):
             max_steps=self.state.max_steps,
         )
 
-    def _logps_at(self, temperature: float, model, inputs, forward: trl_compat.LossForward) -> torch.Tensor:
+    def _logps_at(self, temperature: float, model, inputs, forward, masks: CompletionMasks) -> torch.Tensor:
         """Per-token log-probs at ``temperature``: TRL's own, or its hidden states re-projected (ECHO's tokens)."""
         if math.isclose(temperature, self.temperature):
             return forward.logps
-        completion_ids = inputs["completion_ids"]
-        need = inputs["completion_mask"].bool() & torch.stack(
-            [inputs[k].bool() for k in ("world_mask", "env_output_mask", "warning_mask") if k in inputs]
-            or [torch.zeros_like(completion_ids, dtype=torch.bool)]
-        ).any(0)
-        hidden = forward.hidden[:, -completion_ids.size(1) - 1 : -1]  # the position before each token predicts it
-        values = trl_compat.logps_at_temperature(model, hidden[need], completion_ids[need], temperature)
-        return torch.zeros(need.shape, dtype=values.dtype, device=values.device).masked_scatter(need, values)
+        return logps_from_hidden(model, forward.hidden, inputs["completion_ids"], masks.scored, temperature)
 
     def _world_term(self, model, inputs, forward: trl_compat.LossForward, mode: str) -> torch.Tensor:
-        completion_mask = inputs["completion_mask"].bool()
-        zeros = torch.zeros_like(completion_mask)
-        world_mask = inputs.get("world_mask", zeros).bool() & completion_mask
-        env_mask = inputs.get("env_output_mask", zeros).bool() & completion_mask
-        warn_mask = inputs.get("warning_mask", zeros).bool() & completion_mask
-        action_mask = completion_mask & (inputs["tool_mask"].bool() if "tool_mask" in inputs else True)
-        training = mode == "train"
-        logps = self._logps_at(self.args.world_loss_temperature, model, inputs, forward)
+        masks, training, a = CompletionMasks.of(inputs), mode == "train", self.args
+        logps = self._logps_at(a.world_loss_temperature, model, inputs, forward, masks)
         # Metrics: the CE the world term trains on; held out, the true CE (temperature 1) the paper plots.
-        held_out_t1 = not training and not math.isclose(self.args.world_loss_temperature, 1.0)
-        ce_logps = self._logps_at(1.0, model, inputs, forward) if held_out_t1 else logps
+        held_out_t1 = not training and not math.isclose(a.world_loss_temperature, 1.0)
+        ce_logps = self._logps_at(1.0, model, inputs, forward, masks) if held_out_t1 else logps
         world_items = inputs.get("world_num_items")
         if world_items is None:
-            world_items = self.accelerator.gather(global_count(world_mask, self.args.world_loss_normalization)).sum()
+            world_items = self.accelerator.gather(global_count(masks.world, a.world_loss_normalization)).sum()
+        accumulation = getattr(self, "current_gradient_accumulation_steps", a.gradient_accumulation_steps)
         divisor = divisor_for(
             world_items,
             num_processes=self.accelerator.num_processes,
-            gradient_accumulation_steps=getattr(
-                self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
-            ),
-            steps_per_generation=self.args.steps_per_generation,
+            gradient_accumulation_steps=accumulation,
+            steps_per_generation=a.steps_per_generation,
             training=training,
         )
-        wl = world_loss(logps, world_mask, normalization=self.args.world_loss_normalization, divisor=divisor)
-        coeff = self._current_coeff()
-        env_sum, env_n = nll_sum_and_count(ce_logps, env_mask)
-        warn_sum, warn_n = nll_sum_and_count(ce_logps, warn_mask)
-        local = torch.stack(
-            [env_sum, env_n, warn_sum, warn_n, wl.numerator.float(), wl.count.float(), action_mask.sum().float()]
-        ).to(self.accelerator.device)
-        totals = self.accelerator.reduce(local, reduction="sum").tolist()
-        held_out = None
+        wl = world_loss(logps, masks.world, normalization=a.world_loss_normalization, divisor=divisor)
+        totals = world_totals(
+            ce_logps, masks, wl, lambda t: self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum")
+        )
         if not training:  # held-out CE: token-weighted over the whole evaluation, each trajectory once
-            self._echo_eval.add(
-                inputs.get(EVAL_INDEX_COLUMN), ce_logps, env_mask, warn_mask, totals[:4], self.accelerator.gather
-            )
-            held_out = self._echo_eval.means()
+            self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), ce_logps, masks, totals, self.accelerator.gather)
+        held_out = None if training else self._echo_eval.means()
+        coeff = self._current_coeff()
         metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)
         return coeff * wl.loss
 

@@ -13,8 +13,8 @@ settings except:
 Start model: a real model (``--model_name_or_path``) as given; by default a tiny random-init model after a
 short shared warm-up (``echo_trl.demo.warmup``, ``--warmup_steps``): next-token training on the train split's
 context + action tokens with every env output removed, standing in for pretraining. Without it, plain
-GRPO on action tokens would itself lower env CE by teaching a random-init model generic token statistics
-(measured: -14 % with lambda = 0 from random init, quick settings), which a pretrained model would not gain.
+GRPO on action tokens would itself lower env CE by teaching a random-init model generic token statistics,
+which a pretrained model would not gain.
 
 Every ``--eval_every`` optimizer steps (and at step 0) it measures, on the held-out episodes and
 independently of the trainer (``echo_trl.train.world_eval.evaluate_world_model``: teacher-forced, nats per
@@ -106,7 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.max_steps = args.max_steps or (20 if args.quick else 60)
     args.eval_every = args.eval_every or 5
     # quick keeps the width: after the warm-up a 64-wide model is left over-confident on action tokens and
-    # lambda = 0 then lowers env CE by "un-learning" that (measured -15 to -26 %); 128 wide it does not.
+    # lambda = 0 then lowers env CE by "un-learning" that; 128 wide it does not.
     args.hidden_size = args.hidden_size or 128
     return args
 

@@ -26,7 +26,9 @@ from helpers.trainer import (
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
-from echo_trl.trainer import ADVANTAGE_COLUMN, EchoGRPOTrainer
+from echo_trl.train import trl_compat
+from echo_trl.train.advantages import ADVANTAGE_COLUMN
+from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -88,7 +90,7 @@ def test_kl_term_with_reference_model(tmp_path):
     inputs = batch(trainer)
     assert "ref_per_token_logps" in inputs
     loss = trainer._compute_loss(trainer.model, inputs)
-    assert torch.isfinite(loss) and trainer._metrics["train"]["kl"] == [pytest.approx(0.0, abs=1e-6)]
+    assert torch.isfinite(loss) and trl_compat.metrics(trainer, "train")["kl"] == [pytest.approx(0.0, abs=1e-6)]
 
 
 def test_lambda_zero_reproduces_grpo_loss_exactly(tmp_path):
@@ -164,7 +166,7 @@ def test_batch_without_env_tokens_trains_policy_and_gives_zero_world_loss(tmp_pa
     wl = world_only._compute_loss(world_only.model, batch(world_only))
     assert wl.item() == 0.0 and wl.requires_grad
     wl.backward()  # graph-connected zero
-    m = world_only._metrics["train"]
+    m = trl_compat.metrics(world_only, "train")
     assert m["world/tokens_env"] == [0.0] and "world/ce_env" not in m
 
 
@@ -334,7 +336,7 @@ def test_importance_ratio_uses_behavior_logprobs(tmp_path):
     off = make_trainer(tmp_path, ds_shift, model=trainer.model)
     off_loss = off._compute_loss(off.model, batch(off)).item()
     assert off_loss != pytest.approx(on_policy, abs=1e-4)
-    assert off._metrics["train"]["clip_ratio/high_mean"][-1] > 0
+    assert trl_compat.metrics(off, "train")["clip_ratio/high_mean"][-1] > 0
 
 
 def test_eval_reports_token_weighted_heldout_env_ce(tmp_path):
@@ -385,7 +387,7 @@ def test_heldout_env_ce_is_at_temperature_one_whatever_the_training_temperatures
     inputs = batch(trainer)
     trainer._compute_loss(trainer.model, inputs)
     at_world_t = reference_world_loss(trainer.model, inputs, "token", temperature=world_temperature).item()
-    assert trainer._metrics["train"]["world/ce_env"][-1] == pytest.approx(at_world_t, rel=1e-5)
+    assert trl_compat.metrics(trainer, "train")["world/ce_env"][-1] == pytest.approx(at_world_t, rel=1e-5)
 
 
 def test_eval_counts_each_heldout_trajectory_once(tmp_path):
@@ -399,7 +401,7 @@ def test_eval_counts_each_heldout_trajectory_once(tmp_path):
     rows = [trainer.eval_dataset[i] for i in (0, 1, 0)]
     trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows))
     trainer._compute_loss(trainer.model, trainer._generate_and_score_completions(rows[1:]))
-    m, tok = trainer._metrics["eval"], tiny_tokenizer("qwen3")
+    m, tok = trl_compat.metrics(trainer, "eval"), tiny_tokenizer("qwen3")
     ref = evaluate_world_model(trainer.model, tok, [held[0], held[1]])
     twice = evaluate_world_model(trainer.model, tok, [held[i] for i in (0, 1, 0, 1, 0)])
     assert twice["ce_env"] != pytest.approx(ref["ce_env"], rel=1e-4)  # the check below can tell them apart
@@ -529,7 +531,7 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
     trainer.current_gradient_accumulation_steps = 1
     loss = trainer._compute_loss(trainer.model, out)
     assert torch.isfinite(loss)
-    assert trainer._metrics["train"]["world/tokens_env"][-1] == env.sum().item()
+    assert trl_compat.metrics(trainer, "train")["world/tokens_env"][-1] == env.sum().item()
 
 
 def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):

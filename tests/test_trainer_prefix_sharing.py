@@ -14,7 +14,7 @@ from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens import tokenization
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens
-from echo_trl.train import collator
+from echo_trl.train import collator, trl_compat
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -95,14 +95,18 @@ def test_training_and_evaluation_steps_never_render_a_chat_template(tmp_path, mo
     seen = []
     original = collator.trajectory_features
     monkeypatch.setattr(
-        "echo_trl.trainer.trajectory_features",
+        "echo_trl.train.offline.trajectory_features",
         lambda tok, row, s: seen.append(has_tokens(row)) or original(tok, row, s),
     )
     eval_trainer.train()  # the dataloader keeps the cached columns (TRL's signature-column removal)
     metrics = eval_trainer.evaluate()
     assert seen and all(seen) and "eval_world/ce_env" in metrics
     with pytest.raises(AssertionError, match="rendered"):  # the patch is live: an uncached row would render
-        original(tiny_tokenizer("qwen3"), dict(grouped_dataset(2)[0]), eval_trainer._echo_settings)
+        original(
+            tiny_tokenizer("qwen3"),
+            dict(grouped_dataset(2)[0]),
+            collator.CollatorSettings.from_args(eval_trainer.args),
+        )
 
 
 def _losses(trainer) -> list[dict]:
@@ -174,9 +178,9 @@ def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
                 p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
         loss = trainer._compute_loss(trainer.model, inputs)
         loss.backward()
-        losses[share], kl[share] = loss.item(), trainer._metrics["train"]["kl"][-1]
+        losses[share], kl[share] = loss.item(), trl_compat.metrics(trainer, "train")["kl"][-1]
         # shared: the old, reference and loss forwards all went through shared_logps
-        assert len(trainer._metrics["train"].get("prefix/forwarded_fraction", [])) == (3 if share else 0)
+        assert len(trl_compat.metrics(trainer, "train").get("prefix/forwarded_fraction", [])) == (3 if share else 0)
         grads[share] = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
     assert losses[True] == pytest.approx(losses[False], abs=ATOL) and kl[True] == pytest.approx(kl[False], abs=ATOL)
     assert kl[True] > 0

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from ..errors import EchoTrlError
 
@@ -99,13 +100,11 @@ def quiet_defaults() -> None:
     Kept: echo_trl's own bars for long work (``progress.py``), training progress, Hub download bars and
     every warning about the user's data or settings.
     """
-    import warnings
-
     # TRL's config defaults gradient_checkpointing=True, which transformers 5 renamed: a FutureWarning on every
     # run that the user cannot act on (the flag still works)
     warnings.filterwarnings("ignore", message=r"`gradient_checkpointing.*` is deprecated", category=FutureWarning)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..progress import quiet_short_work
+    from ..progress import quiet_short_work  # tqdm: only once a command runs, not for --help
 
     quiet_short_work()
 

@@ -50,7 +50,7 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from ..train.world_eval import evaluate_world_model
+    from ..train.world_eval import evaluate_world_model  # torch: after parsing, so --help answers at once
 
     for name, what in ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer")):
         if name is not None:

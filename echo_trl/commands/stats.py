@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -31,8 +32,6 @@ LISTED_ROWS = 20
 
 
 def build_parser() -> ArgumentParser:
-    import argparse
-
     p = ArgumentParser(
         prog="echo-trl stats",
         description=DESCRIPTION,

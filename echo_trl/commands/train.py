@@ -5,6 +5,9 @@
 
     echo-trl train                     # the demo: bundled AWM episodes, a tiny local model, ECHO vs GRPO
     echo-trl train --demo [--output_dir DIR] [--data_dir DIR] [--max_steps N] ...
+
+TRL, torch and the trainer are imported inside the functions that use them, so the demo and ``--help``
+start without loading what they do not need.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Recorded episodes -> ``Trajectory`` -> typed dataset rows: record formats, build / load / save, dataset card."""

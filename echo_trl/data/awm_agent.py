@@ -39,6 +39,17 @@ from ..roles import Message, Trajectory, tool_call
 from .prompt import prompt_messages
 from .tools import tool_schema
 
+__all__ = [
+    "list_tools_reply",
+    "meta_tool_schemas",
+    "parse_tool_calls",
+    "parse_call_tool_arguments",
+    "next_action",
+    "action_for_call",
+    "robust_json_loads",
+    "to_awm_agent_trajectory",
+]
+
 LIST_TOOLS = "list_tools"
 CALL_TOOL = "call_tool"
 #: Prefix the ``list_tools`` reply puts before every MCP tool name (stripped again when called).

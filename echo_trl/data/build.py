@@ -20,6 +20,8 @@ from .prompt import DEFAULT_SYSTEM_PROMPT
 from .records import SkippedRecord, load_awm_episodes
 from .schema import ARROW_SCHEMA, FEATURES, encode_row
 
+__all__ = ["build_awm_dataset", "trajectories_to_dataset"]
+
 
 def _dataset_from_batches(batches: list[pa.RecordBatch]) -> datasets.Dataset:
     table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks()

@@ -10,6 +10,8 @@ from collections import Counter, defaultdict
 
 from ..roles import MESSAGE_ROLES
 
+__all__ = ["dataset_card"]
+
 ECHO_CITATION = """@article{echo2026,
     title   = {{ECHO: Environment Cross-entropy Hybrid Objective}},
     journal = {arXiv preprint arXiv:2605.24517},

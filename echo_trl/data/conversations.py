@@ -25,6 +25,8 @@ from ..roles import CHAT_ROLES, Message, Trajectory, tool_call
 from .fields import behavior_logprobs, expect, finite
 from .tools import serialize_output, tool_arguments, tool_schema
 
+__all__ = ["conversation_to_trajectory"]
+
 
 def _fail(message: str, field: str) -> EpisodeError:
     return EpisodeError(message, field=field)

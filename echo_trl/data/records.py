@@ -24,6 +24,8 @@ from .episode_files import iter_episode_records
 from .fields import check_text
 from .prompt import DEFAULT_SYSTEM_PROMPT
 
+__all__ = ["awm_episode_to_trajectory", "load_awm_episodes"]
+
 
 @dataclass(frozen=True)
 class SkippedRecord:

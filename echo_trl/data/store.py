@@ -18,6 +18,8 @@ from .card import dataset_card
 from .records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
+__all__ = ["load_echo_dataset", "save_dataset", "validate_dataset"]
+
 #: A file every ``save_to_disk`` directory of one split has: what makes an existing ``--output`` replaceable.
 DATASET_MARKER = "dataset_info.json"
 #: The file ``save_to_disk`` writes for a ``DatasetDict`` (several splits).

@@ -4,6 +4,9 @@ The AWM episodes bundled in ``data/episodes`` (or a synthetic AWM-style set), a 
 locally (no downloads) and warmed up env-blind (:mod:`echo_trl.demo.warmup`), then two runs from that
 same checkpoint; prints the held-out env CE before and after each and writes the models,
 ``metrics.json`` and ``env_ce.png``. It never overwrites a previous run's outputs unless told to.
+
+The data, model and training libraries are imported inside the functions that use them, so that
+``echo-trl train --demo --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,12 +21,12 @@ from typing import Any
 
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
+from .tiny import corpus_of, ensure_tiny_model
 from .warmup import add_warmup_arguments
 
 #: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
 DEMO_BEHAVIOR_POLICIES = ("initial", "current")
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "episodes"
-DEFAULT_CACHE = Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
 #: The runs of the comparison: output subdirectory per run.
 RUN_DIRS = ("echo", "grpo_baseline")
 #: The results a demo run writes into its output directory (a previous run's are never silently replaced).
@@ -65,8 +67,8 @@ def parse_demo_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--model_cache_dir",
-        default=str(DEFAULT_CACHE),
-        help="where the tiny model is built once and reused ($ECHO_TRL_CACHE)",
+        default=None,
+        help="where the tiny model is built once and reused (default: $ECHO_TRL_CACHE, else ~/.cache/echo_trl)",
     )
     add_warmup_arguments(p, before="both runs")
     p.add_argument(
@@ -140,8 +142,6 @@ def names_only_tools(ds):
 
 
 def _tiny_model_for(ds, cache_dir: Path) -> Path:
-    from .tiny import corpus_of, ensure_tiny_model
-
     corpus = list(corpus_of(ds))
     digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
     return ensure_tiny_model(cache_dir / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)
@@ -235,6 +235,7 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 def run_demo(args: argparse.Namespace) -> int:
     from ..data.build import build_awm_dataset
     from ..progress import quiet_libraries
+    from ..tokens.cache import cache_home
     from .warmup import WarmupSettings, warm_up_tiny_model
 
     quiet_libraries(progress_bars=True, user_warnings=True)
@@ -256,7 +257,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if len(train) < args.per_device_train_batch_size or not len(held):
         raise EchoTrlError(f"{source}: the split leaves {len(train)} train / {len(held)} held-out episodes")
     print(f"echo-trl demo: {len(train)} train / {len(held)} held-out episodes from {source}", file=sys.stderr)
-    model_path = _tiny_model_for(train, Path(args.model_cache_dir))
+    model_path = _tiny_model_for(train, Path(args.model_cache_dir) if args.model_cache_dir else cache_home())
     print(f"tiny model: {model_path}", file=sys.stderr)
     model_path, warmup = warm_up_tiny_model(
         model_path,

@@ -3,7 +3,8 @@
 The tokenizers are BPE models trained in well under a second with ``tokenizers`` and carry a
 chat template copied byte for byte from TRL's bundled templates: TRL recognises tool-calling
 templates only by exact identity, so anything else would not exercise TRL's real code paths.
-The models are random-init configs of real architectures (Qwen2, Qwen3, Llama).
+The models are random-init configs of real architectures (Qwen2, Qwen3, Llama). ``tokenizers``,
+``transformers`` and torch load on the first build, not on import.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ template's tool-message wrappers stay as input only.
 The warmed model is saved next to the base model, in a directory keyed by the base model, the
 data and every warm-up setting, so reruns reuse it. Both arms of a comparison (ECHO and lambda = 0)
 then start from this same checkpoint.
+
+torch, transformers and the tokenizer code load inside the functions that use them: the demo's
+command line (:func:`add_warmup_arguments`) parses without them.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 
+__all__ = ["prefix_grouped_order"]
+
 
 def prefix_grouped_order(
     group_ids: Sequence[Hashable],

@@ -1,0 +1,1 @@
+"""Trajectories -> token ids and per-token roles by the model's own chat template, cached; world mask, statistics."""

@@ -29,8 +29,10 @@ from datasets import Features, List, Value
 
 from .tokenization import RoleTokens, tokenize_rows
 
+__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]
+
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
-LAYOUT_VERSION = "2"  # 2: special-token text inside a conversation is tokenized as text
+LAYOUT_VERSION = "2"
 
 IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
 #: The columns :func:`tokenize_dataset` adds.
@@ -43,9 +45,14 @@ TOKEN_FEATURES = {
 }
 
 
+def cache_home() -> Path:
+    """echo_trl's cache directory: ``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``."""
+    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
+
+
 def cache_root() -> Path:
-    """Where token caches of in-memory datasets go (``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``)."""
-    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl")) / "tokens"
+    """Where token caches of in-memory datasets go (``tokens`` under :func:`cache_home`)."""
+    return cache_home() / "tokens"
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

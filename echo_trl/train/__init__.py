@@ -1,0 +1,1 @@
+"""What the trainer runs per batch: collation, masks, advantages, world term, metrics; TRL internals in trl_compat."""

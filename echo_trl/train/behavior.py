@@ -32,6 +32,7 @@ import os
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from datasets import Features, List, Value
 
 from ..errors import EchoTrlError
@@ -40,7 +41,10 @@ from ..progress import progress
 from ..tokens.cache import cache_file_for, map_progress
 from . import trl_compat
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
+
+__all__ = ["add_initial_logprobs", "model_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +68,7 @@ def model_fingerprint(model) -> str:
     run over 16M-value slices, so no tensor is ever copied whole), and any training update changes it (an
     update moves every value of the tensors it touches).
     """
-    model = trl_compat.causal_lm(model)
+    model = causal_lm(model)
     h = hashlib.sha256(type(model).__name__.encode())
     h.update(model.config.to_json_string(use_diff=False).encode())
     with torch.no_grad():
@@ -113,8 +117,6 @@ def starting_logprobs(
 
     Processes split the micro-batches round-robin and gather everyone's (all processes must call it).
     """
-    from accelerate.utils import gather_object
-
     tokenizer = trl_compat.tokenizer(trainer)
     accelerator = trainer.accelerator
     batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)
@@ -158,7 +160,7 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             len(dataset),
         )
         return
-    if trl_compat.weights_are_sharded(trainer):
+    if weights_are_sharded(trainer):
         raise EchoTrlError(
             "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
             "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "

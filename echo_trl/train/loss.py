@@ -22,9 +22,12 @@ the micro-batches). TRL 1.16's own ``dapo`` / ``cispo`` / ``vespo`` policy term 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
+
+from .batch import CompletionMasks
 
 
 @dataclass
@@ -35,6 +38,19 @@ class WorldLoss:
     numerator: torch.Tensor  # detached: sum of the per-token (token) or per-sequence (*sequence*) CE
     count: torch.Tensor  # detached: local world tokens, sequences with world tokens, or all sequences
     local_mean: torch.Tensor  # detached: numerator / count on this micro-batch (0 when count is 0)
+
+
+@dataclass(frozen=True)
+class WorldTotals:
+    """One micro-batch's sums, added over every process: what the world-term metrics and the held-out CE read."""
+
+    env_nll: float  # sum of -logp over env-output tokens
+    env_tokens: float
+    warning_nll: float  # sum of -logp over warning tokens
+    warning_tokens: float
+    loss_numerator: float  # the world loss's numerator and count (WorldLoss)
+    loss_count: float
+    action_tokens: float
 
 
 def masked_nll(per_token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -152,3 +168,27 @@ def world_coeff_at(
                 current = float(value)
         return current
     raise ValueError(f"unknown world_model_coeff_schedule {schedule!r}")
+
+
+def world_totals(
+    ce_logps: torch.Tensor,
+    masks: CompletionMasks,
+    loss: WorldLoss,
+    reduce: Callable[[torch.Tensor], torch.Tensor],
+) -> WorldTotals:
+    """The :class:`WorldTotals` of one micro-batch: its CE sums at ``ce_logps``, its world loss's numerator and
+    count, and its action tokens, summed over processes by ``reduce`` (one all-reduce for all of them)."""
+    env_nll, env_tokens = nll_sum_and_count(ce_logps, masks.env_output)
+    warning_nll, warning_tokens = nll_sum_and_count(ce_logps, masks.warning)
+    local = {
+        "env_nll": env_nll,
+        "env_tokens": env_tokens,
+        "warning_nll": warning_nll,
+        "warning_tokens": warning_tokens,
+        "loss_numerator": loss.numerator.float(),
+        "loss_count": loss.count.float(),
+        "action_tokens": masks.action.sum().float(),
+    }
+    names = [f.name for f in fields(WorldTotals)]
+    summed = reduce(torch.stack([local[name] for name in names])).tolist()
+    return WorldTotals(**dict(zip(names, summed, strict=True)))

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import torch
 
+from .loss import WorldTotals
+
 Gather = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -47,23 +49,22 @@ def log_online_batch(m: dict[str, list[float]], passes: torch.Tensor, align_fail
 
 
 def log_world_term(
-    m: dict[str, list[float]], totals: list[float], coeff: float, held_out: dict[str, float] | None
+    m: dict[str, list[float]], totals: WorldTotals, coeff: float, held_out: dict[str, float] | None
 ) -> None:
-    """World-term metrics of one micro-batch from its all-reduced ``totals``: env sum, env count, warning
-    sum, warning count, world-loss numerator, world-loss count, action tokens. ``held_out`` (evaluation):
-    the CE over the whole evaluation so far, replacing the per-batch CE."""
+    """World-term metrics of one micro-batch from its all-reduced ``totals``. ``held_out`` (evaluation): the CE
+    over the whole evaluation so far, replacing the per-batch CE."""
     if held_out is None:
-        if totals[1] > 0:
-            m["world/ce_env"].append(totals[0] / totals[1])
-        if totals[3] > 0:
-            m["world/ce_warning"].append(totals[2] / totals[3])
+        if totals.env_tokens > 0:
+            m["world/ce_env"].append(totals.env_nll / totals.env_tokens)
+        if totals.warning_tokens > 0:
+            m["world/ce_warning"].append(totals.warning_nll / totals.warning_tokens)
     else:
         for key, value in held_out.items():
             m[key] = [value]
-    unscaled = totals[4] / totals[5] if totals[5] > 0 else 0.0
+    unscaled = totals.loss_numerator / totals.loss_count if totals.loss_count > 0 else 0.0
     m["world/loss_unscaled"].append(unscaled)
     m["world/loss_scaled"].append(coeff * unscaled)
     m["world/coeff"].append(coeff)
-    m["world/tokens_env"].append(totals[1])
-    m["world/tokens_warning"].append(totals[3])
-    m["world/tokens_action"].append(totals[6])
+    m["world/tokens_env"].append(totals.env_tokens)
+    m["world/tokens_warning"].append(totals.warning_tokens)
+    m["world/tokens_action"].append(totals.action_tokens)

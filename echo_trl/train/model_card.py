@@ -17,6 +17,9 @@ from typing import Any
 
 from ..data.card import AWM_CITATION
 from ..data.hub import is_hub_id
+from .trl_compat import grpo_citation
+
+__all__ = ["echo_card_section", "add_echo_section", "final_metrics"]
 
 #: Metrics reported in the card (the last logged value of each), in this order.
 FINAL_METRICS = (
@@ -119,9 +122,7 @@ def echo_card_section(args, log_history: list[dict[str, Any]]) -> str:
         lines += [f"| `{k}` | {v:.4g} | {step} |" for k, (step, v) in metrics.items()]
         lines.append("")
     # ECHO is cited below, as the trainer's paper; its policy term is GRPO (TRL's card cites only the trainer)
-    from trl import GRPOTrainer
-
-    grpo = getattr(GRPOTrainer, "_paper", {}).get("citation")
+    grpo = grpo_citation()
     lines += [
         "### Cite Agent World Model and GRPO",
         "",

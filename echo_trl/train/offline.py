@@ -1,20 +1,30 @@
 """Offline mode: recorded trajectories instead of generated completions.
 
-What the trainer needs to know about a trajectory dataset before TRL sees it: which datasets are
-trajectories, which settings cannot work without generation, the reward source, and the columns
-the dataloader must keep.
+What the trainer needs to know about a trajectory dataset before TRL sees it (which datasets are
+trajectories, which settings cannot work without generation, the reward source, the columns the
+dataloader must keep, the epoch order), and the batch it hands TRL's loss in place of a generated one
+(:func:`collate_batch`).
 """
 
 from __future__ import annotations
 
-from datasets import Dataset, IterableDataset
+from typing import Any
 
-from ..config import TRL_MAX_COMPLETION_LENGTH
+import torch
+from datasets import Dataset, IterableDataset
+from trl import GRPOConfig
+from trl.trainer.utils import RepeatSampler
+
 from ..errors import EchoTrlError
+from ..prefix.attention import enable_prefix_tree_attention
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
-from . import trl_compat
-from .advantages import ADVANTAGE_COLUMN, with_advantages
-from .collator import INITIAL_LOGPS
+from . import metrics, trl_compat
+from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
+from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .loss import global_count
+from .sampler import ResumableRepeatSampler
+
+__all__ = ["recorded_reward", "no_reward"]
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = [
@@ -34,6 +44,8 @@ TRAJECTORY_COLUMNS = [
     INITIAL_LOGPS,
     *TOKEN_COLUMNS,
 ]
+#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
+TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -48,6 +60,17 @@ def recorded_reward(completions, reward=None, **kwargs) -> list[float | None]:
 def no_reward(completions, **kwargs) -> list[float]:
     """Reward function of verifier-free ECHO (``use_policy_loss=False``): every completion scores 0."""
     return [0.0] * len(completions)
+
+
+def reward_source(reward_funcs, args, *, offline: bool, environment: bool):
+    """The reward functions TRL gets: the recorded reward offline (unless others are given); for verifier-free
+    ECHO (``use_policy_loss=False``) without an environment, :func:`no_reward` (TRL wants a reward source, the
+    world term needs none)."""
+    if offline and reward_funcs is None:
+        return [recorded_reward]
+    if reward_funcs is None and not args.use_policy_loss and not environment:
+        return [no_reward]
+    return reward_funcs
 
 
 def is_trajectory_dataset(ds) -> bool:
@@ -137,7 +160,8 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
 def tokenize_and_share(trainer, *, share: bool) -> None:
     """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's tokenizer
     (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`; online, only the eval trajectories),
-    and switch the model(s) to prefix-tree attention when ``share``."""
+    and switch the model(s) to prefix-tree attention when ``share`` (after TRL's ``__init__``, which installed the
+    fused LM head the shared-prefix forward scores with; without a tree the attention is plain SDPA)."""
     tokenizer = trl_compat.tokenizer(trainer)
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
@@ -147,16 +171,16 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
     for key, ds in evals.items():
         check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
     if share:
-        trl_compat.enable_prefix_sharing(trainer)
+        for model in (trainer.model, trainer.ref_model):
+            if model is not None:
+                enable_prefix_tree_attention(model)
 
 
-def train_sampler(
-    dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool
-) -> trl_compat.ResumableRepeatSampler:
+def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> ResumableRepeatSampler:
     """Each trajectory once per epoch (no ``num_generations`` repeats: groups come from ``group_id``); the repeat
     over ``steps_per_generation x num_iterations`` is TRL's buffering of one generation batch. ``grouped``: the
     epoch order keeps a group's (and a scenario's) rows together, for prefix sharing."""
-    return trl_compat.ResumableRepeatSampler(
+    return ResumableRepeatSampler(
         data_source=dataset,
         mini_repeat_count=1,
         batch_size=args.generation_batch_size,
@@ -165,6 +189,11 @@ def train_sampler(
         seed=args.seed,
         groups=prefix_groups(dataset) if grouped else None,
     )
+
+
+def eval_sampler(dataset) -> RepeatSampler:
+    """Each held-out trajectory once, in order."""
+    return RepeatSampler(data_source=dataset, mini_repeat_count=1, shuffle=False)
 
 
 def check_completion_room(dataset, limit: int | None, name: str) -> None:
@@ -189,3 +218,38 @@ def check_completion_room(dataset, limit: int | None, name: str) -> None:
             f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
             f"{max(empty)} tokens): use at least {max(firsts)}"
         )
+
+
+def collate_batch(trainer, rows: list[dict[str, Any]], settings: CollatorSettings) -> dict[str, Any]:
+    """Recorded trajectories -> the inputs TRL's ``_compute_loss`` expects, plus ECHO masks (no generation); logs
+    the reward and length metrics TRL logs for a generated batch."""
+    if trl_compat.is_vlm(trainer):
+        raise EchoTrlError("offline ECHO supports text-only models (got a multimodal processor)")
+    accelerator, args = trainer.accelerator, trainer.args
+    device, mode, tokenizer = (
+        accelerator.device,
+        "train" if trainer.model.training else "eval",
+        trl_compat.tokenizer(trainer),
+    )
+    features = [trajectory_features(tokenizer, row, settings) for row in rows]
+    batch = {k: v.to(device) for k, v in collate_features(features, tokenizer.pad_token_id).items()}
+    batch["advantages"], rewards = collated_advantages(rows, args.scale_rewards, accelerator.gather, device)
+    if EVAL_INDEX_COLUMN in rows[0]:
+        batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
+    loss_mask = batch["completion_mask"] * batch["tool_mask"]
+    batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
+    batch["world_num_items"] = accelerator.gather(
+        global_count(batch["world_mask"], args.world_loss_normalization).to(device)
+    ).sum()
+    trl_compat.add_sampling_logps(
+        trainer,
+        batch,
+        args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size,
+    )
+    m = trl_compat.metrics(trainer, mode)
+    metrics.log_offline_batch(m, rewards, batch["advantages"], batch["completion_mask"], features, accelerator.gather)
+    if mode == "train":
+        tokens = batch["prompt_mask"].sum() + batch["completion_mask"].sum()
+        trainer.state.num_input_tokens_seen += accelerator.gather(tokens).sum().item()
+    m["num_tokens"] = [trainer.state.num_input_tokens_seen]
+    return batch

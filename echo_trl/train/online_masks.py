@@ -43,6 +43,30 @@ class OnlineMasks:
     align_failures: int  # completions whose tool-output content could not be located (no world term)
     env_mask_fallback: bool  # a rollout_func gave env_mask only: every env_mask == 0 token counted as env output
 
+    def columns(self) -> dict[str, torch.Tensor]:
+        """The masks as the batch columns ECHO adds to TRL's generated batch."""
+        return {
+            "env_output_mask": self.env_output_mask,
+            "warning_mask": self.warning_mask,
+            "world_mask": self.world_mask,
+        }
+
+    def warnings(self) -> dict[str, str]:
+        """What the user should hear about these masks (once per run), by key."""
+        found = {}
+        if self.env_mask_fallback:
+            found["rollout_env_mask"] = (
+                "rollout_func returned env_mask but no env_output_mask: every env_mask == 0 token counts as "
+                "environment output (template scaffolding included). Return env_output_mask for content-only "
+                "world-model targets."
+            )
+        if self.align_failures:
+            found["align"] = (
+                "could not locate tool-output content in some tool_mask == 0 spans; those completions train no "
+                "world term (see world/online_align_failures)"
+            )
+        return found
+
 
 def zero_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
     """``[start, end)`` runs of zeros in ``mask``."""

@@ -7,23 +7,21 @@ of what this module relies on. When TRL changes, this module (and the overridden
 ``echo_trl/trainer.py``) is what to re-check:
 
 * ``_tokenizer``, ``_metrics``, ``_is_vlm`` and ``_signature_columns`` (:func:`tokenizer`,
-  :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`);
+  :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`), and the class's ``_paper``
+  (:func:`grpo_citation`);
 * ``_generate``'s 8-tuple (:func:`generated_rollouts`);
 * ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
-  :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`);
-* ``RepeatSampler``'s fields and its one-generator-per-sampler shuffling (:class:`ResumableRepeatSampler`);
-* ``GRPOTrainer._get_tool_suffix_ids``: how the tool loop renders the tokens after a tool call
-  (a dummy user/assistant conversation, the tool messages, the next generation prompt; sliced
-  after the assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
-* ``add_fused_lm_head``: TRL's forward returns temperature-scaled log-probs, computed from the
-  backbone's ``last_hidden_state`` (``model.base_model``) projected by ``get_output_embeddings()``;
-  :func:`capture_hidden_states` and :func:`logps_at_temperature` re-project those hidden states.
-* the reference-model branch of ``_generate_and_score_completions`` (:func:`reference_logps`).
+  :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`), and the result the
+  shared-prefix forward stands in for (:func:`shared_forward`);
+* ``_get_tool_suffix_ids``: how the tool loop renders the tokens after a tool call (a dummy
+  user/assistant conversation, the tool messages, the next generation prompt; sliced after the
+  assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
+* the old-log-prob and reference-model branches of ``_generate_and_score_completions``
+  (:func:`add_sampling_logps`, :func:`needs_old_logps`, :func:`reference_logps`);
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
-  ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`).
+  ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`);
 * ``_prepare_inputs``' ``shuffle_sequence_dict`` of the generation batch before ``split_tensor_dict``
-  (:func:`keep_generation_order`), and the fused LM head the shared-prefix forward scores with
-  (:func:`shared_forward`).
+  (:func:`keep_generation_order`).
 """
 
 from __future__ import annotations
@@ -36,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.checkpoint import checkpoint
-from trl.trainer.utils import RepeatSampler
+import trl.trainer.grpo_trainer as grpo
+from trl import GRPOTrainer
+from trl.trainer.utils import use_adapter
 
-from ..prefix.attention import enable_prefix_tree_attention, shared_logps
-from ..prefix.order import prefix_grouped_order, repeat_like_trl
+from ..prefix.attention import shared_logps
+from .batch import forward_inputs
+from .model import capture_hidden_states
 from .online_masks import GeneratedRollouts
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
@@ -59,34 +59,6 @@ FORWARD_KWARGS = (
     "mm_token_type_ids",
     "image_position_ids",
 )
-
-# Config attributes with which TRL's fused head rescales logits before the softmax; the second LM-head
-# projection below does not reproduce them, so it refuses such models.
-_LOGIT_RESCALING_ATTRS = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_scaling",
-)
-
-
-def causal_lm(trainer_or_model):
-    """The ``PreTrainedModel`` with the LM head (through accelerate / PEFT wrappers)."""
-    model = trainer_or_model
-    if hasattr(model, "accelerator") and hasattr(model, "model"):
-        model = model.accelerator.unwrap_model(model.model)
-    while hasattr(model, "module") and not hasattr(model, "get_output_embeddings"):  # DDP / DeepSpeed engine
-        model = model.module
-    if hasattr(model, "get_base_model"):  # PEFT
-        model = model.get_base_model()
-    return model
-
-
-def context_length(model) -> int | None:
-    """The model's context length (``max_position_embeddings``), or ``None`` when its config names none."""
-    value = getattr(causal_lm(model).config.get_text_config(), "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def render_tool_suffix(trainer, tool_messages: list[dict], add_generation_prompt: bool = True) -> str:
@@ -115,60 +87,6 @@ def render_tool_suffix(trainer, tool_messages: list[dict], add_generation_prompt
     )
 
 
-def check_reprojection_supported(model, why: str, fix: str) -> None:
-    """Raise if the second LM-head projection (needed because ``why``) cannot reproduce this model's logits."""
-    config = causal_lm(model).config.get_text_config()
-    found = [a for a in _LOGIT_RESCALING_ATTRS if getattr(config, a, None) not in (None, 1.0)]
-    if found:
-        from ..errors import EchoTrlError
-
-        raise EchoTrlError(
-            f"{why}, which re-projects hidden states through the LM head, but this model rescales "
-            f"its logits ({', '.join(found)}); {fix}"
-        )
-
-
-@contextmanager
-def capture_hidden_states(model):
-    """Collect the backbone's ``last_hidden_state`` of every forward inside the block (TRL chunks by batch)."""
-    backbone = causal_lm(model).base_model
-    captured: list[torch.Tensor] = []
-
-    def hook(_module, _args, output):
-        hidden = getattr(output, "last_hidden_state", None)
-        if hidden is None and isinstance(output, tuple):
-            hidden = output[0]
-        captured.append(hidden)
-
-    handle = backbone.register_forward_hook(hook)
-    try:
-        yield captured
-    finally:
-        handle.remove()
-
-
-def logps_at_temperature(
-    model, hidden: torch.Tensor, labels: torch.Tensor, temperature: float, chunk_size: int = 1024
-) -> torch.Tensor:
-    """``log_softmax(lm_head(hidden) / temperature)[label]`` for rows of ``hidden`` (N, H), labels (N,).
-
-    Chunked and checkpointed, so at most ``chunk_size`` x vocab logits live at once (also in backward).
-    """
-    head = causal_lm(model).get_output_embeddings()
-
-    def score(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float() / temperature
-        return torch.log_softmax(logits, dim=-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-
-    if hidden.size(0) == 0:
-        return hidden.sum(-1).float()  # empty, still connected
-    out = []
-    for start in range(0, hidden.size(0), chunk_size):
-        h, y = hidden[start : start + chunk_size], labels[start : start + chunk_size]
-        out.append(checkpoint(score, h, y, use_reentrant=False) if torch.is_grad_enabled() else score(h, y))
-    return torch.cat(out)
-
-
 # --------------------------------------------------------------------------------------------
 # Private attributes
 
@@ -190,6 +108,11 @@ def is_vlm(trainer) -> bool:
 def add_signature_columns(trainer, columns) -> None:
     """Keep ``columns`` in the dataloader's rows (transformers drops columns the model does not take)."""
     trainer._signature_columns = list(dict.fromkeys([*trainer._signature_columns, *columns]))
+
+
+def grpo_citation() -> str | None:
+    """GRPO's BibTeX entry as TRL keeps it for its model cards (``GRPOTrainer._paper``)."""
+    return GRPOTrainer._paper.get("citation")
 
 
 def generated_rollouts(result: tuple) -> GeneratedRollouts:
@@ -214,8 +137,6 @@ def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> tor
     """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
     temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
     without logging metrics: the behaviour policy's of :mod:`echo_trl.train.behavior`, at trainer init."""
-    from trl import GRPOTrainer
-
     model, args = trainer.model, trainer.args
     input_ids, attention_mask, logits_to_keep = (
         t.to(trainer.accelerator.device) if torch.is_tensor(t) else t for t in forward_inputs(batch)
@@ -228,14 +149,6 @@ def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> tor
         return GRPOTrainer._get_per_token_logps_and_entropies(
             trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=input_ids.size(0)
         )[0]
-
-
-def weights_are_sharded(trainer) -> bool:
-    """DeepSpeed ZeRO-3 or FSDP: at trainer init the model's weights are partitioned (or not yet placed), so it
-    cannot be forwarded outside the training loop's wrapper."""
-    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-
-    return bool(is_deepspeed_zero3_enabled() or getattr(trainer, "is_fsdp_enabled", False))
 
 
 @dataclass
@@ -285,17 +198,9 @@ def capture_loss_forward(trainer, inputs: dict[str, Any], *, hidden_states: bool
 
 
 # --------------------------------------------------------------------------------------------
-# Prefix sharing (offline): the forward, and a generation batch split in the sampler's order
+# Prefix sharing (offline): the shared-prefix forward, and a generation batch split in the sampler's order
 
 _NO_SHARING = contextvars.ContextVar("echo_no_prefix_sharing", default=False)
-
-
-def enable_prefix_sharing(trainer) -> None:
-    """Prefix-tree attention on the policy (and reference) model; without a tree it runs plain SDPA.
-    Called after TRL's ``__init__`` (which installs the fused LM head :func:`shared_forward` scores with)."""
-    enable_prefix_tree_attention(trainer.model)
-    if trainer.ref_model is not None:
-        enable_prefix_tree_attention(trainer.ref_model)
 
 
 def shared_forward(
@@ -310,8 +215,9 @@ def shared_forward(
     **multimodal,
 ) -> tuple | None:
     """TRL 1.16's ``_get_per_token_logps_and_entropies`` result ``(logps, entropies, None)`` from one shared-prefix
-    forward of the whole micro-batch (TRL's ``batch_size`` chunking is not needed: shared rows cost less), or
-    ``None`` where it does not apply (MoE aux loss, multimodal inputs, captured hidden states): TRL's forward then."""
+    forward of the whole micro-batch, scored through the fused LM head TRL's ``__init__`` installed (TRL's
+    ``batch_size`` chunking is not needed: shared rows cost less), or ``None`` where it does not apply (MoE aux
+    loss, multimodal inputs, captured hidden states): TRL's forward then."""
     if compute_aux_loss or _NO_SHARING.get() or any(v is not None for v in multimodal.values()):
         return None
     with trainer.accelerator.autocast():
@@ -334,9 +240,7 @@ def shared_forward(
 def keep_generation_order(active: bool = True):
     """Inside the block, TRL 1.16's ``_prepare_inputs`` splits the generation batch into micro-batches in the
     sampler's order: its ``shuffle_sequence_dict`` (which only decorrelates micro-batches; the epoch order is
-    already random) would scatter the groups :func:`prefix_grouped_order` put together."""
-    import trl.trainer.grpo_trainer as grpo
-
+    already random) would scatter the groups :func:`~echo_trl.prefix.order.prefix_grouped_order` put together."""
     if not active:
         yield
         return
@@ -348,14 +252,6 @@ def keep_generation_order(active: bool = True):
         grpo.shuffle_sequence_dict = original
 
 
-def forward_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """``(input_ids, attention_mask, logits_to_keep)`` of a batch in TRL 1.16's layout, as its forwards take them:
-    the left-padded prompt and the right-padded completion side by side, log-probs for the completion columns."""
-    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    return input_ids, attention_mask, batch["completion_ids"].size(1)
-
-
 def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
     """The forward TRL's ``_compute_loss`` would run, without its loss (verifier-free ECHO: no policy term)."""
     trainer._get_per_token_logps_and_entropies(
@@ -365,8 +261,6 @@ def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
 
 def reference_logps(trainer, input_ids, attention_mask, logits_to_keep, batch_size):
     """Reference-model log-probs for the KL term, as TRL 1.16's ``_generate_and_score_completions`` gets them."""
-    from trl.trainer.utils import use_adapter
-
     if trainer.ref_model is not None:
         return policy_logps(trainer, trainer.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -401,7 +295,7 @@ def needs_old_logps(trainer) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Exact resume: TRL's generation buffer in checkpoints, and a sampler whose epoch order survives a resume
+# Exact resume: TRL's generation buffer in checkpoints
 #
 # TRL resumes with ``_step = 0`` and an empty buffer: a checkpoint inside a buffer (``steps_per_generation``
 # > ``gradient_accumulation_steps``, or ``num_iterations`` > 1) would resume with a regenerated batch (other
@@ -437,53 +331,3 @@ def load_generation_buffer(trainer, checkpoint: str | None) -> None:
     saved = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
     if saved.get("num_processes") == trainer.accelerator.num_processes:
         trainer._step, trainer._buffered_inputs = saved["step"], saved["buffered_inputs"]
-
-
-class ResumableRepeatSampler(RepeatSampler):
-    """TRL's ``RepeatSampler`` with the order of epoch ``e`` a function of ``(seed, e)``: resume-exact.
-
-    TRL draws each epoch's permutation from one generator seeded once, so epoch ``e``'s order depends on
-    the sampler having been iterated ``e`` times before. ``Trainer`` resuming from a checkpoint in epoch
-    ``e >= 1`` builds a fresh sampler and starts at epoch ``e`` (it only calls ``set_epoch(e)``), for which
-    TRL's sampler gives epoch 0's order. Here ``__iter__`` re-seeds and discards the first ``e`` permutations: the
-    same order as TRL's for every epoch of an uninterrupted run, and the same order after a resume.
-
-    With ``groups = (group_ids, scenario_ids)`` each epoch's order is instead
-    :func:`~echo_trl.prefix.order.prefix_grouped_order` of ``(seed, epoch)`` (a group's rows, and a scenario's
-    groups, next to each other for prefix sharing), cut and repeated exactly as TRL's.
-    """
-
-    def __init__(self, *args, groups: tuple[list, list | None] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.epoch = 0
-        self.groups = groups
-
-    @classmethod
-    def like(cls, sampler):
-        """The resumable version of TRL's ``RepeatSampler`` ``sampler`` (same settings); anything else as is."""
-        if type(sampler) is not RepeatSampler:
-            return sampler
-        return cls(
-            data_source=sampler.data_source,
-            mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size,
-            repeat_count=sampler.repeat_count,
-            shuffle=sampler.shuffle,
-            seed=sampler.seed,
-        )
-
-    def set_epoch(self, epoch: int) -> None:  # accelerate's DataLoaderShard calls it before every epoch
-        self.epoch = epoch
-
-    def __iter__(self):
-        epoch, self.epoch = self.epoch, self.epoch + 1  # without set_epoch: consecutive epochs, as TRL's
-        if self.groups is not None:
-            order = prefix_grouped_order(
-                self.groups[0], self.groups[1], seed=self.seed or 0, epoch=epoch, shuffle=self.shuffle
-            )
-            return repeat_like_trl(order, self.batch_size, self.repeat_count, self.mini_repeat_count)
-        if self.shuffle and self.seed is not None:
-            self.generator.manual_seed(self.seed)
-            for _ in range(epoch):
-                torch.randperm(self.num_samples, generator=self.generator)
-        return super().__iter__()

@@ -17,7 +17,10 @@ import torch
 from ..progress import progress
 from ..roles import Role
 from ..tokens.tokenization import tokenize_with_roles
-from .loss import masked_nll
+from .batch import CompletionMasks
+from .loss import WorldTotals, masked_nll
+
+__all__ = ["evaluate_world_model", "trajectory_env_nll"]
 
 
 @torch.no_grad()
@@ -122,47 +125,52 @@ class HeldOutTotals:
     """
 
     def __init__(self) -> None:
-        self.totals = torch.zeros(4, dtype=torch.float64)  # env sum, env count, warning sum, warning count
-        self.seen: set[int] = set()  # row indices already in the totals
+        self.reset()
 
     def reset(self) -> None:
-        self.totals.zero_()
-        self.seen.clear()
+        self.env_nll = self.env_tokens = self.warning_nll = self.warning_tokens = 0.0
+        self.seen: set[int] = set()  # row indices already in the sums
 
     def add(
         self,
         index: torch.Tensor | None,
         logps: torch.Tensor,
-        env_mask: torch.Tensor,
-        warn_mask: torch.Tensor,
-        batch_totals: list[float],
+        masks: CompletionMasks,
+        batch: WorldTotals,
         gather: Callable[[torch.Tensor], torch.Tensor],
     ) -> None:
-        """Add one micro-batch; ``batch_totals`` are its all-reduced sums, ``gather`` accelerate's."""
+        """Add one micro-batch; ``batch`` holds its all-reduced sums, ``gather`` is accelerate's."""
         if index is None:
-            self.totals += torch.tensor(batch_totals, dtype=torch.float64)
+            self._add(batch.env_nll, batch.env_tokens, batch.warning_nll, batch.warning_tokens)
             return
         logps = logps.detach()
-        sums = torch.stack(
+        per_row = torch.stack(
             [
-                masked_nll(logps, env_mask).sum(1),
-                env_mask.sum(1).float(),
-                masked_nll(logps, warn_mask).sum(1),
-                warn_mask.sum(1).float(),
+                masked_nll(logps, masks.env_output).sum(1),
+                masks.env_output.sum(1).float(),
+                masked_nll(logps, masks.warning).sum(1),
+                masks.warning.sum(1).float(),
             ],
             1,
         )
-        for i, row in zip(gather(index).tolist(), gather(sums).tolist(), strict=True):
+        for i, (env_nll, env_tokens, warning_nll, warning_tokens) in zip(
+            gather(index).tolist(), gather(per_row).tolist(), strict=True
+        ):
             if i not in self.seen:
                 self.seen.add(i)
-                self.totals += torch.tensor(row, dtype=torch.float64)
+                self._add(env_nll, env_tokens, warning_nll, warning_tokens)
+
+    def _add(self, env_nll: float, env_tokens: float, warning_nll: float, warning_tokens: float) -> None:
+        self.env_nll += env_nll
+        self.env_tokens += env_tokens
+        self.warning_nll += warning_nll
+        self.warning_tokens += warning_tokens
 
     def means(self) -> dict[str, float]:
         """``{"world/ce_env": ..., "world/ce_warning": ...}`` for the kinds of tokens seen so far."""
-        e = self.totals
         out = {}
-        if e[1] > 0:
-            out["world/ce_env"] = (e[0] / e[1]).item()
-        if e[3] > 0:
-            out["world/ce_warning"] = (e[2] / e[3]).item()
+        if self.env_tokens > 0:
+            out["world/ce_env"] = self.env_nll / self.env_tokens
+        if self.warning_tokens > 0:
+            out["world/ce_warning"] = self.warning_nll / self.warning_tokens
         return out

@@ -32,6 +32,22 @@ def test_help_lists_every_command(capsys):
     assert main(["frobnicate"]) == 2
 
 
+def test_package_and_help_start_without_torch_or_trl_and_every_public_name_resolves():
+    """``import echo_trl`` and ``echo-trl --help`` stay fast (heavy libraries load on first use of a name)."""
+    probe = (
+        "import sys, echo_trl; from echo_trl.commands.cli import main; main(['--help']); "
+        "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+    import echo_trl
+
+    for name in echo_trl.__all__:
+        obj = getattr(echo_trl, name)  # imports the module that defines it
+        assert not callable(obj) or obj.__name__ == name, name
+    assert set(echo_trl.__all__) <= set(dir(echo_trl))
+
+
 def test_build_dataset_lenient_then_stats_json(tmp_path):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 

@@ -21,7 +21,7 @@ from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
 from echo_trl.tokens.cache import ROLES
-from echo_trl.train import trl_compat
+from echo_trl.train import behavior
 from echo_trl.train.behavior import model_fingerprint
 from echo_trl.train.collator import INITIAL_LOGPS
 
@@ -154,7 +154,7 @@ def test_model_fingerprint_follows_the_weights():
 
 
 def test_sharded_weights_refuse_initial_with_a_way_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(trl_compat, "weights_are_sharded", lambda trainer: True)
+    monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
     with pytest.raises(EchoTrlError, match="behavior_policy='current'"):
         make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial")
     trainer = make_trainer(tmp_path / "b", dataset(4), behavior_policy="current")

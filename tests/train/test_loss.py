@@ -7,7 +7,16 @@ import math
 import pytest
 import torch
 
-from echo_trl.train.loss import divisor_for, global_count, nll_sum_and_count, world_coeff_at, world_loss
+from echo_trl.train.batch import CompletionMasks
+from echo_trl.train.loss import (
+    WorldTotals,
+    divisor_for,
+    global_count,
+    nll_sum_and_count,
+    world_coeff_at,
+    world_loss,
+    world_totals,
+)
 
 
 def _batch(seed=0, b=4, t=7):
@@ -173,3 +182,40 @@ def test_half_precision_logps_are_summed_in_float32(dtype, n, normalization):
     out.loss.backward()  # the cast is differentiable: the gradient reaches the half-precision log-probs
     assert logps.grad.dtype == dtype
     torch.testing.assert_close(logps.grad.double(), expected_grad, rtol=2**-8, atol=0.0)  # half rounding
+
+
+def test_completion_masks_cover_completion_tokens_only_and_default_to_empty():
+    batch = {
+        "completion_mask": torch.tensor([[1, 1, 1, 0]]),
+        "tool_mask": torch.tensor([[1, 0, 1, 1]]),
+        "env_output_mask": torch.tensor([[0, 1, 0, 1]]),  # the last token is padding
+    }
+    masks = CompletionMasks.of(batch)
+    assert masks.env_output.tolist() == [[False, True, False, False]]
+    assert masks.action.tolist() == [[True, False, True, False]]
+    assert not masks.world.any() and not masks.warning.any()  # absent from the batch
+    assert masks.scored.tolist() == masks.env_output.tolist()
+    untooled = CompletionMasks.of({"completion_mask": batch["completion_mask"]})
+    assert untooled.action.tolist() == [[True, True, True, False]]  # no tool loop: every completion token
+
+
+def test_world_totals_are_the_named_sums_added_over_processes():
+    logps = torch.tensor([[-1.0, -2.0, -3.0, -4.0], [-0.5, -1.5, -2.5, -3.5]])
+    masks = CompletionMasks(
+        world=torch.tensor([[0, 1, 0, 0], [1, 1, 0, 0]]).bool(),
+        env_output=torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]]).bool(),
+        warning=torch.tensor([[0, 0, 0, 1], [0, 0, 0, 0]]).bool(),
+        action=torch.tensor([[1, 0, 0, 0], [0, 0, 1, 1]]).bool(),
+    )
+    wl = world_loss(logps, masks.world, normalization="token")
+    processes = 3  # every process holding this same micro-batch: the all-reduce multiplies each sum by 3
+    totals = world_totals(logps, masks, wl, lambda t: t * processes)
+    assert totals == WorldTotals(
+        env_nll=3 * (2 + 3 + 0.5 + 1.5),
+        env_tokens=3 * 4,
+        warning_nll=3 * 4.0,
+        warning_tokens=3 * 1,
+        loss_numerator=3 * (2 + 0.5 + 1.5),
+        loss_count=3 * 3,
+        action_tokens=3 * 3,
+    )

@@ -1,4 +1,5 @@
-"""The TRL internals ``echo_trl.train.trl_compat`` relies on still exist, with the shapes it expects.
+"""The TRL internals ``echo_trl.train.trl_compat`` relies on still exist, with the shapes it expects (and the
+fields and shuffling of TRL's ``RepeatSampler`` that ``echo_trl.train.sampler`` builds on).
 
 Each test names what moved when it fails: run this file first after upgrading TRL.
 """
@@ -21,6 +22,7 @@ from trl.trainer.utils import RepeatSampler
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.train import trl_compat
+from echo_trl.train.sampler import ResumableRepeatSampler
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -101,6 +103,11 @@ def test_private_attributes_exist_with_the_expected_shapes(tmp_path):
     assert {"completion", "reward", "echo_eval_index"} <= set(trainer._signature_columns)
 
 
+def test_grpo_citation_is_trls_bibtex_entry():
+    citation = trl_compat.grpo_citation()
+    assert citation is not None and citation.lstrip().startswith("@") and "DeepSeekMath" in citation
+
+
 def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
     """A rollout_func with known ids and an extra field: TRL's ``_generate`` passes them through in the
     positions ``generated_rollouts`` reads."""
@@ -171,8 +178,8 @@ def test_generation_buffer_round_trips_through_a_checkpoint(tmp_path):
 
 def test_repeat_sampler_fields_the_resumable_sampler_copies():
     trl_sampler = RepeatSampler(data_source=range(6), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=1)
-    ours = trl_compat.ResumableRepeatSampler.like(trl_sampler)
-    assert type(ours) is trl_compat.ResumableRepeatSampler
+    ours = ResumableRepeatSampler.like(trl_sampler)
+    assert type(ours) is ResumableRepeatSampler
     for field in ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed", "num_samples"):
         assert getattr(ours, field) == getattr(trl_sampler, field), field
     assert isinstance(trl_sampler.generator, torch.Generator)
@@ -184,9 +191,6 @@ def test_repeat_sampler_fields_the_resumable_sampler_copies():
 def test_sampler_order_of_epoch_e_is_trls_and_needs_no_earlier_epochs():
     """The offline sampler gives TRL's order in every epoch of an uninterrupted run, and a fresh sampler told
     ``set_epoch(e)`` (what Trainer does on resume) gives epoch e's order, where TRL's replays epoch 0's."""
-    from trl.trainer.utils import RepeatSampler
-
-    from echo_trl.train.trl_compat import ResumableRepeatSampler
 
     def kw():
         return dict(data_source=range(12), mini_repeat_count=1, batch_size=4, repeat_count=2, shuffle=True, seed=7)
