@@ -1,4 +1,5 @@
-"""The docs work as written: every command and snippet of README.md and docs/ runs offline on CPU.
+"""The docs work as written: every command and snippet of README.md and docs/ runs offline on CPU, and every
+link and file name in them points at something that exists.
 
 Each ```bash / ```python block of the checked documents carries a marker comment right above it:
 
@@ -12,9 +13,8 @@ Each ```bash / ```python block of the checked documents carries a marker comment
   ``pip``, or it is this test suite): ``bash -n`` / ``compile`` only, plus every ``echo-trl`` command's
   flags parsed by that command's own parser (files it names must exist).
 
-An unmarked block fails the test, so a new block is classified when it is written. Not checked here:
-``docs/datasets.md`` and the containment section of ``docs/reliability.md`` (maintained elsewhere),
-``docs/api.md`` (generated signatures, compared with the docstrings below), and ``text`` output blocks.
+An unmarked block fails the test, so a new block is classified when it is written. ``docs/api.md`` holds
+generated signatures (compared with the docstrings below) and ``text`` blocks are output: neither is run.
 """
 
 from __future__ import annotations
@@ -32,7 +32,17 @@ import pytest
 from helpers.hub import CountingEndpoint
 
 REPO = Path(__file__).resolve().parents[2]
-CHECKED_DOCS = ("README.md", "docs/training.md", "docs/concepts.md", "docs/reliability.md")
+CHECKED_DOCS = (
+    "README.md",
+    "docs/datasets.md",
+    "docs/training.md",
+    "docs/concepts.md",
+    "docs/reliability.md",
+    "docs/prefix_sharing.md",
+    "docs/benchmarks.md",
+)
+#: Hand-written documents whose links and file names must resolve (docs/api.md is generated).
+LINKED_DOCS = (*CHECKED_DOCS, "CHANGELOG.md", "data/README.md", "examples/terminal/README.md")
 _BLOCK = re.compile(r"(?:<!-- docs-test: (run|check)\b([^>]*?)-->\n)?```(\w*)\n(.*?)^```", re.S | re.M)
 _LONG_JOBS = ("echo-trl train", "python examples/")
 
@@ -99,7 +109,15 @@ def _train_flags(argv: list[str]) -> list[str]:
         i = argv.index("--config")
         assert (REPO / argv[i + 1]).is_file(), argv[i + 1]
         argv = argv[:i] + argv[i + 2 :]
-    if argv == ["--demo"] or not argv:
+    if argv[:1] == ["--demo"]:  # the demo's own options
+        from echo_trl.demo.run import parse_demo_args
+
+        try:
+            parse_demo_args(argv[1:])
+        except SystemExit:
+            return [f"(the demo's parser rejected {shlex.join(argv[1:])})"]
+        return []
+    if not argv:
         return []
     return make_parser().parse_known_args(argv)[1]
 
@@ -188,6 +206,7 @@ def run_block(block: Block, work: Path, env: dict[str, str]) -> None:
     assert proc.returncode == 0, f"{block.where()} failed:\n{script.read_text()}\n{proc.stderr[-3000:]}"
 
 
+@pytest.mark.timeout(1800)  # a document's blocks together: several short trainings on a shared 2-core machine
 @pytest.mark.parametrize("doc", [d for d in CHECKED_DOCS if any(b.mode == "run" for b in blocks(d))])
 def test_run_blocks_run_offline_on_cpu(doc, tmp_path):
     work, env = _workdir(tmp_path)
@@ -215,9 +234,52 @@ def test_api_reference_is_up_to_date():
     )
 
 
-def test_training_doc_names_only_files_that_exist():
-    text = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
-    paths = set(re.findall(r"\b((?:examples|docs|data)/[\w./-]+\.(?:yaml|py|md|json))", text))
-    assert paths
+_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_FILE_NAME = re.compile(
+    r"(?<![\w./-])((?:examples|docs|data|benchmarks|tests|echo_trl)/[\w./-]*\w\.(?:yaml|py|md|jsonl|json|png))(?!\w)"
+)
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = _FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_github_anchor():
+    assert github_anchor("Prefix sharing, whole trainer step: `prefix_sharing --trainer`") == (
+        "prefix-sharing-whole-trainer-step-prefix_sharing---trainer"
+    )
+    assert github_anchor("ECHO's cost: `echo_overhead`") == "echos-cost-echo_overhead"
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS)
+def test_relative_links_resolve(doc):
+    """Every relative link (and image) leads to a file of this repository, and its #anchor to a heading there."""
+    path = REPO / doc
+    broken = []
+    for target in _LINK.findall(_FENCE.sub("", path.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists() or (anchor and (not dest.is_file() or anchor not in anchors(dest))):
+            broken.append(target)
+    assert not broken, f"{doc}: broken links {broken}"
+
+
+def test_file_names_are_found():
+    text = "see `docs/api.md`, ../shared/data/x.json, data/a.jsonl and tests/test_envs_awm_*.py."
+    assert _FILE_NAME.findall(text) == ["docs/api.md", "data/a.jsonl"]
+
+
+@pytest.mark.parametrize("doc", LINKED_DOCS)
+def test_docs_name_only_files_that_exist(doc):
+    paths = set(_FILE_NAME.findall((REPO / doc).read_text(encoding="utf-8")))
     missing = [p for p in sorted(paths) if not (REPO / p).exists()]
-    assert not missing, missing
+    assert not missing, f"{doc} names files that do not exist: {missing}"
