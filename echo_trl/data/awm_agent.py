@@ -12,7 +12,7 @@ The Arctic-AWM models were trained on this conversation, not on a chat template'
 * the chat template gets no tool schemas (the official agent passes none to the model server).
 
 Everything here is a pure function reproducing that format exactly (tests compare against the
-official package's own output in ``tests/data/awm_official/``); the official package is never
+official package's own output in ``tests/fixtures/awm_official/``); the official package is never
 imported. Call parsing repairs JSON with ``json_repair``, the library the official agent uses.
 
 Stable API (also for the live environment and ``capture``): :data:`SYSTEM_PROMPT`,

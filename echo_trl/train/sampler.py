@@ -1,7 +1,7 @@
 """The epoch order of training rows: TRL's ``RepeatSampler``, made resume-exact (and prefix-grouped offline).
 
 Built on TRL 1.16's ``RepeatSampler``: its fields and its one-generator-per-sampler shuffling
-(``tests/test_trl_compat.py`` checks both).
+(``tests/train/test_trl_compat.py`` checks both).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Written against TRL 1.16 (``pyproject.toml`` pins ``trl>=1.16,<1.17``). No other module reads a
 private attribute or calls a private method of TRL's trainer (``trainer.py`` only overrides hooks
-and calls ``super()``); ``tests/test_trl_compat.py`` fails loudly when the installed TRL moved any
+and calls ``super()``); ``tests/train/test_trl_compat.py`` fails loudly when the installed TRL moved any
 of what this module relies on. When TRL changes, this module (and the overridden hooks listed in
 ``echo_trl/trainer.py``) is what to re-check:
 
