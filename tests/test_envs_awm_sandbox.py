@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,26 +25,18 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
-def _run(tmp_path, code: str, containment: sandbox.Containment, **env) -> dict:
-    work = tmp_path / "work"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
-    log = tmp_path / "log.txt"
-    with open(log, "wb") as fh:
-        proc = sandbox.spawn(
-            [sys.executable, "-I", "-c", textwrap.dedent(code)],
-            cwd=str(work),
-            writable=[str(work)],
-            env=env,
-            stdout=fh,
-            containment=containment,
-        )
+def _run(code: str, containment: sandbox.Containment, **env) -> dict:
+    """Run ``code`` contained; it prints one JSON object as its last stdout line (a pipe: no host file)."""
+    proc = sandbox.spawn(
+        [sys.executable, "-I", "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE, containment=containment
+    )
     try:
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         sandbox.kill_tree(proc)
-    assert proc.returncode == 0, log.read_text()
-    return json.loads((work / "out.json").read_text())
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    return json.loads(text.strip().splitlines()[-1])
 
 
 @needs_bwrap
@@ -56,7 +47,6 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     listener.listen(1)
     port = listener.getsockname()[1]
     out = _run(
-        tmp_path,
         f"""
         import json, os, resource, socket
         res = {{"env": sorted(os.environ), "uid": os.getuid(), "gid": os.getgid(), "root": sorted(os.listdir("/")),
@@ -74,7 +64,8 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
                 open(path, "w").write("x"); res[name] = "written"
             except OSError as e:
                 res[name] = type(e).__name__
-        json.dump(res, open("out.json", "w"))
+        res["cwd"] = os.getcwd()
+        print(json.dumps(res))
     """,
         CONTAINMENT,
     )
@@ -83,9 +74,10 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     assert out["uid"] == out["gid"] == sandbox.SANDBOX_UID
     assert "CapEff:\t0000000000000000" in out["status"] and "NoNewPrivs:\t1" in out["status"]
     assert out["net"] == "blocked"
-    # the episode dir's parent exists in there only as an empty dir on the private /tmp: never the host's
-    assert not (tmp_path / "outside.txt").exists()
+    # the host's tmp_path is not in there (its /tmp is the sandbox's own tmpfs): nothing lands on the host
+    assert not (tmp_path / "outside.txt").exists() and out["outside"] == "FileNotFoundError"
     assert out["usr"] in ("OSError", "PermissionError") and out["tmp"] == "written"  # private /tmp
+    assert out["cwd"] == sandbox.WORK_DIR
     allowed = {
         "bin",
         "dev",
@@ -98,7 +90,7 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
         "sbin",
         "tmp",
         "usr",
-        *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, str(tmp_path))),
+        *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix)),
     }
     assert set(out["root"]) <= allowed and "home" not in out["root"] and "run" not in out["root"]
     assert len(out["pids"]) < 5  # its own pid namespace
@@ -113,16 +105,25 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
 
 
 @needs_bwrap
-def test_command_binds_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
-    work = str(tmp_path)
+def test_command_binds_nothing_writable_and_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
+    script = tmp_path / "bootstrap.py"
+    script.write_text("pass")
     cmd = sandbox.build_command(
-        ["true"], cwd=work, writable=[work], readonly=[], env={}, limits=sandbox.SERVER_LIMITS, containment=CONTAINMENT
+        ["true"], readonly=[str(script)], env={}, limits=sandbox.SERVER_LIMITS, containment=CONTAINMENT, seccomp_fd=9
     )
     inner = cmd[cmd.index("--unshare-user") :]
     sources = {inner[i + 1] for i, a in enumerate(inner) if a in ("--bind", "--ro-bind", "--dev-bind")}
-    assert work in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
+    assert "--bind" not in inner and "--dev-bind" not in inner  # no host directory is writable inside
+    assert str(script) in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
     assert not any(s.startswith(("/home", "/run", "/var")) for s in sources)
     assert {"--unshare-pid", "--unshare-net", "--die-with-parent", "--clearenv", "--disable-userns"} <= set(inner)
+    size = inner.index("--size")  # the one writable dir: a tmpfs of its own, sized
+    assert inner[size + 1] == str(sandbox.SERVER_LIMITS.disk) and inner[size + 4 : size + 6] == ["--tmpfs", "/tmp"]
+    assert inner.index("--tmpfs") < inner.index(str(script))  # binds after the tmpfs: visible under /tmp too
+    assert inner[inner.index("--seccomp") + 1] == "9"
+    if CONTAINMENT.drop_root:  # the outer, root bwrap: a pid namespace that dies with us
+        outer = cmd[: cmd.index("--")]
+        assert "--unshare-pid" in outer and "--die-with-parent" in outer
 
 
 def test_limits_become_prlimit_arguments():
@@ -186,13 +187,8 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
     if layers == "contained" and not CONTAINMENT.contained:
         pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
     containment = CONTAINMENT if layers == "contained" else sandbox.UNSAFE
-    work = tmp_path / "w"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
     proc = sandbox.spawn(
         [sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); time.sleep(300)"],
-        cwd=str(work),
-        writable=[str(work)],
         containment=containment,
     )
     deadline = time.monotonic() + 10
@@ -211,13 +207,12 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
     assert sandbox.group_members(proc.pid) == []
 
 
-def test_uncontained_run_still_gets_a_clean_environment(tmp_path, monkeypatch):
+def test_uncontained_run_still_gets_a_clean_environment(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_should_not_leak")
     out = _run(
-        tmp_path,
         """
         import json, os, resource
-        json.dump({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}, open("out.json", "w"))
+        print(json.dumps({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}))
     """,
         sandbox.UNSAFE,
     )
@@ -231,9 +226,6 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
     if not CONTAINMENT.session.version:
         pytest.skip(f"no cgroup for session caps here: {CONTAINMENT.session.reason}")
     limits = sandbox.Limits(address_space=1 << 30, session_memory=256 << 20, processes=64)
-    work = tmp_path / "w"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
     code = textwrap.dedent("""
         import json, os, time
         kids = []
@@ -244,17 +236,17 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
                 time.sleep(2)
                 os._exit(0)
             kids.append(pid)
-        json.dump([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], open("out.json", "w"))
+        print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]))
     """)
     proc = sandbox.spawn(
-        [sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits, containment=CONTAINMENT
+        [sys.executable, "-I", "-c", code], limits=limits, containment=CONTAINMENT, stdout=subprocess.PIPE
     )
     groups = list(proc.cgroups)
     assert groups and all((g / "cgroup.procs").exists() for g in groups)
     try:
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         sandbox.kill_tree(proc)
-    codes = json.loads((work / "out.json").read_text())
+    codes = json.loads(out.decode().strip().splitlines()[-1])
     assert -9 in codes and 0 in codes, codes  # the OOM killer took one, within the sandbox's cgroup
     assert not any(g.exists() for g in groups)  # removed with the sandbox
