@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from echo_trl.commands.cli import main as cli_main
-from echo_trl.envs.awm import sandbox
+from echo_trl.envs.awm import sandbox, seccomp
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.scenario import ScenarioSource
 
@@ -250,3 +250,169 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
     codes = json.loads(out.decode().strip().splitlines()[-1])
     assert -9 in codes and 0 in codes, codes  # the OOM killer took one, within the sandbox's cgroup
     assert not any(g.exists() for g in groups)  # removed with the sandbox
+
+
+# --------------------------------------------------------------------------------------------
+# The seccomp filter, evaluated on every system call number of both architectures
+
+
+def _syscall_numbers():
+    """An independent source of system-call numbers: libseccomp, else the kernel headers (skip without either)."""
+    import ctypes
+    import re
+
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+        resolve = lib.seccomp_syscall_resolve_name_arch
+        resolve.restype, resolve.argtypes = ctypes.c_int, [ctypes.c_uint32, ctypes.c_char_p]
+        return "libseccomp", lambda arch, name: resolve(seccomp.AUDIT_ARCH[arch], name.encode())
+    except OSError:
+        pass
+    headers = {
+        "x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+        "aarch64": Path("/usr/include/asm-generic/unistd.h"),
+    }
+    if not all(p.exists() for p in headers.values()):
+        pytest.skip("neither libseccomp nor the kernel's unistd headers are here to check the numbers against")
+    tables = {
+        arch: {m[0]: int(m[1]) for m in re.findall(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", p.read_text())}
+        for arch, p in headers.items()
+    }
+    return "kernel headers", lambda arch, name: tables[arch].get(name, -1)
+
+
+# What the filter must deny (the threat model's list), by name: numbers come from elsewhere.
+MUST_DENY = (
+    "keyctl",
+    "add_key",
+    "request_key",
+    "ptrace",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "unshare",
+    "setns",
+    "mount",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+)
+MUST_ALLOW = (
+    "read",
+    "write",
+    "openat",
+    "close",
+    "mmap",
+    "munmap",
+    "brk",
+    "futex",
+    "clone",
+    "socket",
+    "connect",
+    "accept4",
+    "bind",
+    "listen",
+    "sendto",
+    "recvfrom",
+    "execve",
+    "exit_group",
+    "wait4",
+    "kill",
+    "getpid",
+    "fcntl",
+    "ioctl",
+    "lseek",
+    "pread64",
+    "pwrite64",
+    "fstat",
+    "newfstatat",
+    "getdents64",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_pwait",
+    "memfd_create",
+    "prlimit64",
+    "getrandom",
+)
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_seccomp_filter_denies_exactly_the_listed_calls_with_eperm(arch):
+    import errno
+
+    source, number = _syscall_numbers()
+    program = seccomp.program(arch)
+    native = seccomp.AUDIT_ARCH[arch]
+    eperm, enosys = seccomp.RET_ERRNO | errno.EPERM, seccomp.RET_ERRNO | errno.ENOSYS
+    for name in [*MUST_DENY, *seccomp.DENIED]:
+        nr = number(arch, name)
+        assert nr >= 0, f"{source} does not know {name} on {arch}"
+        assert seccomp.evaluate(program, nr, native) == eperm, (arch, name, nr)
+    for name in MUST_ALLOW:
+        nr = number(arch, name)
+        if nr >= 0:  # e.g. aarch64 has no open/epoll_wait, only the *at / p* forms
+            assert seccomp.evaluate(program, nr, native) == seccomp.RET_ALLOW, (arch, name, nr)
+    clone = number(arch, "clone")
+    assert seccomp.evaluate(program, clone, native, arg0=0x01200011) == seccomp.RET_ALLOW  # glibc's fork flags
+    for flag in (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+        assert seccomp.evaluate(program, clone, native, arg0=flag | 17) == eperm, hex(flag)  # CLONE_NEW*
+    assert seccomp.evaluate(program, number(arch, "clone3"), native) == enosys  # libc falls back to clone
+    foreign = 0x40000003 if arch == "x86_64" else 0x40000028  # i386 / arm: other numbers, denied whole
+    assert seccomp.evaluate(program, number(arch, "read"), foreign) == eperm
+    if arch == "x86_64":
+        assert seccomp.evaluate(program, 0x40000000 | number(arch, "read"), native) == eperm  # x32
+    assert len(seccomp.program_bytes(arch)) == 8 * len(program)
+
+
+def test_the_seccomp_filter_holds_in_a_real_sandbox():
+    if not CONTAINMENT.contained:
+        pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+    nr = {name: seccomp.syscall_number(name) for name in ("unshare", "keyctl")}
+    out = _run(
+        f"""
+        import ctypes, json
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(nr, *args):
+            r = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+            return r if r >= 0 else -ctypes.get_errno()
+        print(json.dumps({{"unshare": call({nr["unshare"]}, 0), "keyctl": call({nr["keyctl"]}, 0, -3, 0),
+                          "keys": open("/proc/keys").read()}}))
+        """,
+        CONTAINMENT,
+    )
+    assert out["unshare"] == out["keyctl"] == -1  # -EPERM; without the filter both succeed
+    assert out["keys"] == ""  # a fresh session keyring, nobody's keys in sight
+
+
+def test_refusal_names_the_missing_piece_before_any_way_around_it(monkeypatch):
+    """bwrap works but the Python runtime cannot run inside: the error says exactly that, and the unsafe
+    switch comes only as a caveat at the end (it used to read 'cannot create its sandbox', then suggest it)."""
+    if not CONTAINMENT.contained:
+        pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/bin/python3")
+    monkeypatch.setattr(sandbox, "_detected", None)
+    try:
+        with pytest.raises(sandbox.ContainmentUnavailable) as err:
+            sandbox.require_containment()
+    finally:
+        monkeypatch.undo()
+        sandbox.detect_containment(refresh=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "/nonexistent/bin/python3" in msg and "bwrap works here" in msg
+    assert "user namespaces" not in msg  # not the wrong diagnosis
+    fix, caveat = msg.split(" (--unsafe-no-sandbox", 1)
+    assert "unsafe" not in fix and "only for code you trust" in caveat
+
+
+def test_a_python_at_the_top_of_the_tree_never_binds_the_hosts_root(monkeypatch):
+    from echo_trl.envs.awm import bwrap_args
+
+    monkeypatch.setattr(sys, "executable", "/python3")  # dirname(dirname(...)) is "/"
+    assert "/" not in bwrap_args._python_roots()

@@ -132,7 +132,7 @@ def _python_roots() -> list[str]:
         os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
         *site.getsitepackages(),
     ]
-    return [p for p in paths if os.path.isdir(p)]
+    return [p for p in paths if os.path.isdir(p) and os.path.realpath(p) != "/"]  # never the host's whole root
 
 
 def _outermost(paths: list[str]) -> list[str]:

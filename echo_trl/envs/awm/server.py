@@ -31,6 +31,7 @@ from .scenario import Scenario, ScenarioError
 
 SERVE = str(Path(__file__).with_name("_serve.py"))
 MAX_SOCKET_PATH = 107  # sun_path limit on Linux, minus the NUL
+LOG_KEPT_ON_RESTART = 16 << 10
 _HEADER = 17
 
 
@@ -80,6 +81,10 @@ class ScenarioServer:
                 self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
             )
             hostio.check_regular(self._log_fd, str(self.log_path))
+        else:  # a restart: keep the end of the last server's log, so the file-size cap is this start's again
+            tail = hostio.read_tail(self._log_fd, LOG_KEPT_ON_RESTART)
+            os.ftruncate(self._log_fd, 0)
+            os.write(self._log_fd, tail + b"\n--- echo-trl: server restarted ---\n")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)  # our own socket of an earlier start: the run dir is private
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
