@@ -390,13 +390,32 @@ sys.exit(main(sys.argv[3:]))
 
 
 def run_capture(args: list[str], *, timeout: float, key: tuple[str, str] = ("k", "v")) -> subprocess.CompletedProcess:
-    """``echo-trl capture`` in a subprocess (this checkout), address space capped at 6 GB, killed at ``timeout``."""
+    """``echo-trl capture`` in a subprocess (this checkout), address space capped at 6 GB, killed at ``timeout``.
+
+    The result's ``pid`` is the capture's (the runtime dirs it makes name it as their owner).
+    """
     env = {**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"}
     cmd = ["prlimit", f"--as={6 << 30}", "--", sys.executable, "-c", CAPTURE_WITH_KEYRING, *key, *args]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        return subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(cmd, "timeout", exc.stdout or "", f"timed out after {timeout:g}s")
+        out, err = proc.communicate(timeout=timeout)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        done = subprocess.CompletedProcess(cmd, "timeout", out or "", f"timed out after {timeout:g}s\n{err or ''}")
+    done.pid = proc.pid  # prlimit execs the capture: same pid
+    return done
+
+
+def owned_runtime_dirs(pid: int) -> list[Path]:
+    """Runtime dirs whose owner file names ``pid`` (other test sessions on the host make their own)."""
+    mine = []
+    for d in Path(tempfile.gettempdir()).glob("echo_trl_awm_*"):
+        with contextlib.suppress(OSError):
+            if (d / "owner.pid").read_text() == str(pid):
+                mine.append(d)
+    return mine
 
 
 def episodes(out: Path) -> list[dict]:
@@ -415,18 +434,6 @@ def marker_processes(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
-
-
-def our_runtime_dirs() -> list[Path]:
-    """Runtime dirs this process owns (other test sessions on the host make their own)."""
-    mine = []
-    for d in Path(tempfile.gettempdir()).glob("echo_trl_awm_*"):
-        try:
-            if (d / "owner.pid").read_text() == str(os.getpid()):
-                mine.append(d)
-        except OSError:
-            pass
-    return mine
 
 
 def secret_db(path: Path, marker: str) -> str:

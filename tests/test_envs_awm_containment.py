@@ -34,7 +34,7 @@ from awm_attacks import (
     episodes,
     kill_9_and_check,
     marker_processes,
-    our_runtime_dirs,
+    owned_runtime_dirs,
     report_of,
     run_capture,
     scenario_copy,
@@ -127,7 +127,7 @@ def attack(tmp_path_factory):
         "core_pattern": core_pattern,
         "leftover_pids": descendant_pids() - before,
         "marker_pids": marker_processes(marker),
-        "our_dirs": our_runtime_dirs(),
+        "our_dirs": owned_runtime_dirs(os.getpid()),
         "seconds": seconds,
         "raw": "\n".join(f.read_text() for f in out.glob("*.jsonl")),
     }
@@ -283,7 +283,6 @@ def hostile(tmp_path_factory):
     data = scenario_copy(tmp / "scenarios", conf)
     replay = tmp / "replay.jsonl"
     replay.write_text("".join(json.dumps(s) + "\n" for s in scripts(*HOSTILE_STEPS)))
-    dirs_before = set(Path(tempfile.gettempdir()).glob("echo_trl_awm_*"))
     secret = f"KEY-SECRET-{marker}"
     out = tmp / "out"
     proc = run_capture(capture_args(data, replay, out, len(HOSTILE_STEPS), 10), timeout=300, key=(conf["key"], secret))
@@ -294,7 +293,7 @@ def hostile(tmp_path_factory):
         "episodes": episodes(out) if out.exists() else [],
         "raw": raw,
         "secret": secret,
-        "new_dirs": set(Path(tempfile.gettempdir()).glob("echo_trl_awm_*")) - dirs_before,
+        "left_dirs": owned_runtime_dirs(proc.pid),
     }
 
 
@@ -342,7 +341,7 @@ def test_a_lone_surrogate_in_a_verifier_result_is_written_as_a_replacement_chara
 def test_3000_nested_directories_never_block_later_runs(hostile):
     assert hostile["proc"].returncode == 0, hostile["proc"].stderr[-3000:]
     assert "3000 nested" in _probe(hostile, "nested_dirs")["error"]
-    assert not hostile["new_dirs"]  # nothing left behind ...
+    assert not hostile["left_dirs"]  # nothing left behind ...
     remove_stale_dirs()  # ... and the next run's clean-up has nothing that fails
 
 
