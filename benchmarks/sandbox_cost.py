@@ -1,22 +1,28 @@
-"""What the bubblewrap sandbox costs: scenario-server start, MCP tool-call latency, verifier run.
+"""What the sandbox around generated code costs: scenario-server start, MCP tool call, verifier run.
 
-Today's containment (before bubblewrap: ``unshare`` namespaces + a Python launcher, the
-``sandbox.py``/``_launch.py`` at commit ``OLD_REF`` or ``--old-ref``, loaded with ``git show``) against
-the bwrap sandbox of this checkout, on the bundled ``library_1`` scenario, in one run: each
-repetition starts one server under each (alternating which goes first), times the start
-(spawn -> socket ready), then ``--calls`` ``get_member`` calls over one MCP session, then one
-task-0 verifier run. Ratios are bwrap / old of the medians (goal: within 10 %, <= 1.10).
+The containment of this checkout against the one at ``--base-ref`` (default :data:`BASE_REF`, the
+code before the host-boundary hardening), on the bundled ``library_1`` scenario, in one run.
+Each repetition runs one worker process per side (alternating which goes first); a worker
+imports ``echo_trl`` from its own tree (the base tree is ``git archive``'d into a temp dir) and
+times, through the public runtime API both trees share:
 
-    python benchmarks/sandbox_cost.py [--quick] [--json] [--old-ref REF]
+* start: ``AWMRuntime(scenario).start()`` (database build, sandboxed server start, MCP
+  handshake, tool list), wall clock;
+* call: the median of ``--calls`` ``get_member`` tool calls of one episode;
+* verify: ``Episode.verify()`` of task 0 (everything the host does around the verifier run).
+
+Ratios are checkout / base of the medians over repetitions (goal: <= 1.10); ``paired`` is the
+median over repetitions of each repetition's own ratio, which a shared machine's drifting load
+disturbs less (both sides of a repetition run back to back).
+
+    python benchmarks/sandbox_cost.py [--quick] [--json] [--base-ref REF]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -25,140 +31,115 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 GOAL = 1.10
-OLD_REF = "44839d0d92bfca390c3faa48a3626f2d6541a3b7"  # main before bubblewrap (the namespace launcher)
+BASE_REF = "0cc36e3"  # main before the host-boundary hardening (symlinked files, keyring, seccomp, kill -9)
+KEYS = ("start", "call", "verify")
 
 
-def old_sandbox(ref: str, where: Path):
-    """The pre-bubblewrap sandbox module, from git (it is self-contained: stdlib + its launcher)."""
-    for name in ("sandbox.py", "_launch.py"):
-        text = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{ref}:echo_trl/envs/awm/{name}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        (where / name).write_text(text)
-    spec = importlib.util.spec_from_file_location("old_sandbox", where / "sandbox.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["old_sandbox"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-class OldShim:
-    """server.py / verifier.py call ``sandbox.spawn(..., readonly=...)``: the old spawn has no readonly."""
-
-    def __init__(self, module):
-        self.m = module
-        self.containment = module.detect_containment()
-        self.SERVER_LIMITS, self.VERIFIER_LIMITS = module.SERVER_LIMITS, module.VERIFIER_LIMITS
-
-    def spawn(self, argv, *, readonly=(), limits=None, containment=None, **kw):
-        limits = self.m.Limits(
-            address_space=limits.address_space,
-            cpu_seconds=limits.cpu_seconds,
-            file_size=limits.file_size,
-            open_files=limits.open_files,
-        )
-        return self.m.spawn(argv, limits=limits, containment=self.containment, **kw)
-
-    def kill_tree(self, proc, **kw):
-        self.m.kill_tree(proc, **kw)
-
-
-def measure(label, shim, scenario, calls: int, tmp: Path) -> dict:
-    from echo_trl.envs.awm import server as server_mod
-    from echo_trl.envs.awm import verifier as verifier_mod
-    from echo_trl.envs.awm.database import build_database, copy_database
-    from echo_trl.envs.awm.mcp_client import MCPSession
-
-    root = Path(tempfile.mkdtemp(prefix=f"bench_{label}_", dir=tmp))
-    os.chmod(root, 0o755)
-    (root / "server").mkdir()
-    db = root / "server" / "live.db"
-    build_database(scenario, db)
-    copy_database(db, root / "initial.db")
-    saved = server_mod.sandbox, verifier_mod.sandbox
-    server_mod.sandbox = verifier_mod.sandbox = shim
-    srv = server_mod.ScenarioServer(
-        scenario, root / "server", db, root / "server.log", containment=getattr(shim, "containment", None)
-    )
-    try:
-        start = srv.start()
-        with MCPSession(srv.socket_path, timeout=30, alive=srv.alive).open() as session:
-            session.call_tool("get_member", {"member_id": 1})  # warm
-            lat = []
-            for i in range(calls):
-                t0 = time.perf_counter()
-                out = session.call_tool("get_member", {"member_id": 1 + i % 5})
-                lat.append(time.perf_counter() - t0)
-                assert not out.is_error, out.text
-        work = root / "verify"
-        work.mkdir()
-        os.chmod(work, 0o755)
-        v = verifier_mod.run_verifier(
-            scenario.verifier(0, "code"), root / "initial.db", db, work, containment=getattr(shim, "containment", None)
-        )
-        assert v.verify_result.get("execution_status") == "success", v.verify_result
-    finally:
-        srv.stop()
-        server_mod.sandbox, verifier_mod.sandbox = saved
-        shutil.rmtree(root, ignore_errors=True)
-    return {"start": start, "call": statistics.median(lat), "verify": v.seconds}
-
-
-def run(args) -> dict:
-    from echo_trl.envs.awm import sandbox
+def worker(calls: int) -> dict:
+    """Time one runtime start, ``calls`` tool calls and one verifier run with the ``echo_trl`` on the path."""
+    from echo_trl.envs.awm.episode import AWMRuntime
     from echo_trl.envs.awm.scenario import ScenarioSource
 
     scenario = ScenarioSource.from_dir(REPO / "data" / "awm_scenarios").load("library_1")
+    t0 = time.perf_counter()
+    rt = AWMRuntime(scenario, tool_timeout=60.0, verifier_timeout=60.0).start()
+    start = time.perf_counter() - t0
+    try:
+        ep = rt.new_episode(0)
+        assert ep.call_tool("get_member", {"member_id": 1})["reward_type"] == "tool_call_ok"  # warm
+        lat = []
+        for i in range(calls):
+            t0 = time.perf_counter()
+            obs = ep.call_tool("get_member", {"member_id": 1 + i % 5})
+            lat.append(time.perf_counter() - t0)
+            assert obs["reward_type"] == "tool_call_ok", obs
+        t0 = time.perf_counter()
+        obs = ep.verify()
+        verify = time.perf_counter() - t0
+        assert obs["verify_result"].get("execution_status") == "success", obs
+    finally:
+        rt.close()
+    module = __import__("echo_trl").__file__
+    return {"start": start, "call": statistics.median(lat), "verify": verify, "module": module}
+
+
+def run_worker(tree: Path, calls: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree), "ECHO_TRL_PROGRESS": "0"}
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", "--calls", str(calls)],
+        env=env,
+        cwd=str(tree),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"worker on {tree} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    expected = str(tree / "echo_trl" / "__init__.py")
+    if result.pop("module") != expected:
+        raise SystemExit(f"worker on {tree} did not import echo_trl from {expected}")
+    return result
+
+
+def run(args) -> dict:
     repeats = args.repeats or (3 if args.quick else 7)
     calls = args.calls or (20 if args.quick else 100)
-    with tempfile.TemporaryDirectory(prefix="sandbox_cost_") as tmp:
-        os.chmod(tmp, 0o755)
-        old = OldShim(old_sandbox(args.old_ref, Path(tmp)))
-        new = sandbox
-        print(f"old ({args.old_ref}): {'; '.join(old.containment.applied())}", file=sys.stderr)
-        print(f"new (bwrap): {'; '.join(sandbox.require_containment().applied())}", file=sys.stderr)
-        results: dict[str, list[dict]] = {"old": [], "bwrap": []}
+    # in the checkout, not under /tmp: the base code cannot sandbox a checkout under /tmp
+    with tempfile.TemporaryDirectory(prefix=".sandbox_cost_", dir=REPO) as tmp:
+        base = Path(tmp) / "base"
+        base.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", args.base_ref, "echo_trl"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+        trees = {"base": base, "new": REPO}
+        results: dict[str, list[dict]] = {"base": [], "new": []}
         for r in range(repeats):
-            order = [("old", old), ("bwrap", new)] if r % 2 == 0 else [("bwrap", new), ("old", old)]
-            for label, shim in order:
-                results[label].append(measure(label, shim, scenario, calls, Path(tmp)))
-    med = {
-        label: {k: statistics.median(x[k] for x in rows) for k in ("start", "call", "verify")}
-        for label, rows in results.items()
+            for label in ("base", "new") if r % 2 == 0 else ("new", "base"):
+                results[label].append(run_worker(trees[label], calls))
+                print(f"repetition {r + 1}/{repeats} {label}: {results[label][-1]}", file=sys.stderr)
+    med = {label: {k: statistics.median(x[k] for x in rows) for k in KEYS} for label, rows in results.items()}
+    ratios = {k: med["new"][k] / med["base"][k] for k in KEYS}
+    paired = {
+        k: statistics.median(n[k] / b[k] for n, b in zip(results["new"], results["base"], strict=True)) for k in KEYS
     }
-    ratios = {k: med["bwrap"][k] / med["old"][k] for k in ("start", "call", "verify")}
-    print(f"{'':22}{'old':>10}{'bwrap':>10}{'bwrap/old':>11}")
-    for k, name in (("start", "server start (s)"), ("call", "tool call (ms)"), ("verify", "verifier run (s)")):
+    print(f"{'':22}{'base':>10}{'new':>10}{'new/base':>10}{'paired':>10}")
+    for k, name in (("start", "runtime start (s)"), ("call", "tool call (ms)"), ("verify", "verifier run (s)")):
         scale = 1000 if k == "call" else 1
-        print(f"{name:22}{med['old'][k] * scale:10.3f}{med['bwrap'][k] * scale:10.3f}{ratios[k]:11.3f}")
-    print(f"medians of {repeats} repetitions, {calls} calls each; goal bwrap/old <= {GOAL}")
+        print(
+            f"{name:22}{med['base'][k] * scale:10.3f}{med['new'][k] * scale:10.3f}{ratios[k]:10.3f}{paired[k]:10.3f}"
+        )
+    print(f"medians of {repeats} repetitions, {calls} calls each; base {args.base_ref}; goal new/base <= {GOAL}")
     out = {
         "repeats": repeats,
         "calls": calls,
-        "old_ref": args.old_ref,
+        "base_ref": args.base_ref,
         "medians": med,
         "ratios": ratios,
+        "paired_ratios": paired,
         "within_goal": {k: v <= GOAL for k, v in ratios.items()},
+        "runs": results,
     }
     if args.json:
         print(json.dumps(out))
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict | None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="3 repetitions x 20 calls (default 7 x 100)")
     p.add_argument("--json", action="store_true", help="end with one JSON line")
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--calls", type=int, default=None)
-    p.add_argument("--old-ref", default=OLD_REF, help="git ref with the pre-bubblewrap sandbox")
-    return run(p.parse_args(argv))
+    p.add_argument("--base-ref", default=BASE_REF, help="git ref of the containment to compare against")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.calls)))
+        return None
+    return run(args)
 
 
 if __name__ == "__main__":

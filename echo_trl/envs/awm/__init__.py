@@ -3,8 +3,12 @@
 One module per job::
 
     scenario.py     gen_*.jsonl (directory or Hub cache) -> Scenario; ScenarioError names the field
-    database.py     schema + samples -> SQLite; snapshot / restore with the backup API
+    database.py     schema + samples -> SQLite image; copies with the backup API
     sandbox.py      bubblewrap containment for generated code (detect, apply, refuse) + process cleanup
+    bwrap_args.py   the bubblewrap command line of one sandbox, its limits and layers
+    seccomp.py      the sandbox's seccomp filter (a classic-BPF program, assembled here)
+    keyring.py      a fresh session keyring for every sandbox
+    hostio.py       host-side I/O at the boundary: sealed inputs, bounded reads, no-follow removal
     cgroups.py      per-sandbox memory + process caps through a cgroup, where the host allows one
     server.py       the generated FastAPI app + fastapi-mcp on a Unix socket, in the sandbox
     mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)

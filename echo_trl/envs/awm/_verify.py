@@ -1,13 +1,19 @@
-"""Verifier bootstrap, run inside the sandbox: ``python -I _verify.py SPEC.json RESULT.json``.
+"""Verifier bootstrap, run inside the sandbox: ``python -I _verify.py SPEC INITIAL FINAL RESULT``.
 
-Never imported by echo_trl. Compiles the verifier code, calls its entry point with the
-arguments its signature accepts (``initial_db_path``, ``final_db_path``, ``final_answer``; or
-positionally) and writes ``{"status": "ok", "value": ...}`` or ``{"status": "error", "error_type",
-"error_message"}`` to RESULT.json. Anything the verifier prints goes to the log, not the result.
+Never imported by echo_trl. Every argument is a descriptor the host passed: SPEC (the verifier's
+code and arguments, JSON), INITIAL and FINAL (database images) are sealed memfds; RESULT is where
+the verdict goes. The images are copied into the sandbox's own tmpfs first (``initial.db``,
+``final.db`` in the working directory: the verifier may open them read-write, as it would any
+database), then the verifier code is compiled and its entry point called with the arguments its
+signature accepts (``initial_db_path``, ``final_db_path``, ``final_answer``; or positionally). RESULT
+gets ``{"status": "ok", "value": ...}`` or ``{"status": "error", "error_type", "error_message"}``.
+Anything the verifier prints goes to the log, not the result. The host reads RESULT bounded and
+parses it defensively: the verifier's code runs in this process and can write anything there.
 """
 
 import inspect
 import json
+import os
 import sys
 import traceback
 
@@ -22,10 +28,23 @@ def call(func, initial, final, final_answer):
     return func(*args)
 
 
+def read_all(fd):
+    return os.pread(fd, os.fstat(fd).st_size, 0)
+
+
+def copy_image(fd, path):
+    with open(path, "wb") as fh:
+        fh.write(read_all(fd))
+    os.close(fd)
+
+
 def main():
-    spec_path, result_path = sys.argv[1:3]
-    with open(spec_path, encoding="utf-8") as fh:
-        spec = json.load(fh)
+    spec_fd, initial_fd, final_fd, result_fd = (int(a) for a in sys.argv[1:5])
+    spec = json.loads(read_all(spec_fd))
+    os.close(spec_fd)
+    initial, final = os.path.join(os.getcwd(), "initial.db"), os.path.join(os.getcwd(), "final.db")
+    copy_image(initial_fd, initial)
+    copy_image(final_fd, final)
     try:
         try:
             code = compile(spec["code"], spec["filename"], "exec")
@@ -36,7 +55,6 @@ def main():
                 "error_message": f"line {exc.lineno}: {exc.msg}" + (f": {exc.text.strip()}" if exc.text else ""),
             }
         else:
-            import os
             import re
             import sqlite3
 
@@ -50,7 +68,7 @@ def main():
                     "error_message": f"the verifier code defines no function {spec['function']!r}",
                 }
             else:
-                value = call(func, spec["initial_db_path"], spec["final_db_path"], spec.get("final_answer"))
+                value = call(func, initial, final, spec.get("final_answer"))
                 out = {"status": "ok", "value": json.loads(json.dumps(value, default=str))}
     except Exception as exc:  # the verifier's own bug: report it, do not crash
         tb = traceback.extract_tb(exc.__traceback__)
@@ -60,8 +78,9 @@ def main():
             "error_type": type(exc).__name__,
             "error_message": (f"line {line}: " if line else "") + str(exc),
         }
-    with open(result_path, "w", encoding="utf-8") as fh:
-        json.dump(out, fh)
+    data = json.dumps(out).encode("utf-8", "surrogatepass")
+    while data:
+        data = data[os.write(result_fd, data) :]
 
 
 if __name__ == "__main__":

@@ -1,16 +1,38 @@
 """SQLite state of an AWM scenario: build from schema + sample rows, snapshot, restore.
 
-Copies use SQLite's online backup API (consistent even while the scenario server holds open
-connections; ~3 ms for an AWM database), never a file copy of a database in use.
+The host builds the initial database from the scenario's SQL and hands the sandboxed server
+its bytes (an *image*); from then on the live database exists only inside the sandbox, and its
+bytes cross back through descriptors, capped at :data:`MAX_IMAGE_BYTES`. The scenario's SQL
+is generated too: it runs with attaching other database files disabled (no ``ATTACH`` or
+``VACUUM INTO`` of a host path). Copies between files the host itself made use SQLite's online
+backup API (consistent even while another connection is open).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import hostio
 from .scenario import Scenario, ScenarioError
+
+#: Largest database image that crosses the sandbox boundary (a server's tmpfs holds no bigger one).
+MAX_IMAGE_BYTES = 256 << 20
+_ATTACH_DETACH = (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH)
+
+
+def _no_attach(action: int, *_args) -> int:
+    """SQLite authorizer: generated SQL may not attach (open or create) another database file."""
+    return sqlite3.SQLITE_DENY if action in _ATTACH_DETACH else sqlite3.SQLITE_OK
+
+
+def _connect_for_generated_sql(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # VACUUM INTO attaches its target too
+    conn.set_authorizer(_no_attach)
+    return conn
 
 
 @dataclass
@@ -35,7 +57,7 @@ def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool
         path.unlink()
     report = BuildReport()
     where = dict(scenario=scenario.name, source=scenario.sources.get("db_schema", ""))
-    conn = sqlite3.connect(path)
+    conn = _connect_for_generated_sql(path)
     try:
         for i, table in enumerate(schema["tables"]):
             try:
@@ -94,3 +116,19 @@ def copy_database(src: str | Path, dst: str | Path) -> None:
             target.close()
     finally:
         source.close()
+
+
+def build_image(
+    scenario: Scenario, work_dir: str | Path, *, strict_inserts: bool = False
+) -> tuple[BuildReport, bytes]:
+    """Build the scenario's initial database in ``work_dir`` (a host-private directory) and return its bytes."""
+    path = Path(work_dir) / "initial.db"
+    report = build_database(scenario, path, strict_inserts=strict_inserts)
+    try:
+        fd = hostio.open_regular(path)
+        try:
+            return report, hostio.read_bounded(fd, MAX_IMAGE_BYTES, f"the initial database of {scenario.name}")
+        finally:
+            os.close(fd)
+    finally:
+        path.unlink(missing_ok=True)

@@ -1,9 +1,10 @@
 """A running AWM scenario (:class:`AWMRuntime`) and its episodes (:class:`Episode`).
 
-The runtime owns one temp directory, the SQLite database built from schema + samples, its
-initial snapshot, and one contained scenario server. Episodes reuse the server: ``new_episode``
-restores the live database from the snapshot (SQLite backup API, milliseconds) and opens a
-fresh MCP session. Every step becomes an observation in the OpenEnv capture shape that
+The runtime owns one private temp directory, the initial database image built from schema +
+samples, and one contained scenario server, whose live database exists only in its sandbox.
+Episodes reuse the server: ``new_episode`` has the server restore its live database from the
+snapshot (SQLite backup API, milliseconds; a server that cannot is restarted) and opens a fresh
+MCP session. Every step becomes an observation in the OpenEnv capture shape that
 ``echo_trl.data.records.load_awm_episodes`` reads::
 
     {"action": {"tool_name": str, "arguments": dict},
@@ -21,17 +22,15 @@ OpenEnv's AWM environment let the agent recover), and its reward stays the forma
 ``format_error_ends_episode=True`` restores the stricter rule (end at the first format error).
 
 Cleanup is unconditional: ``close()`` (also via ``with``, ``atexit`` and garbage collection)
-kills the server's process group and removes the temp directory, whatever happened.
+kills the server's process group and removes the temp directory, whatever happened; no file in
+it was written by generated code.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 import weakref
@@ -39,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from ...data.awm_agent import VERIFY_TURNS
-from . import sandbox
-from .database import BuildReport, build_database, copy_database
+from . import hostio, sandbox
+from .database import BuildReport, build_image
 from .mcp_client import MCPError, MCPSession
 from .scenario import Scenario
-from .server import ScenarioServer
-from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
+from .server import DatabaseUnavailable, ScenarioServer
+from .verifier import Judge, RewardConfig, VerifyOutcome, verify_databases
 
 FORMAT_ERRORS = ("tool_not_found", "invalid_args")
 _STATUS = re.compile(r"Status code: (\d{3})")
@@ -71,17 +70,7 @@ def classify_tool_error(text: str, *, known_tool: bool) -> str:
 
 def remove_stale_dirs() -> list[str]:
     """Remove runtime dirs left by processes that were SIGKILLed (their servers died with them)."""
-    removed = []
-    for d in Path(tempfile.gettempdir()).glob("echo_trl_awm_*"):
-        try:
-            pid = int((d / "owner.pid").read_text())
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(str(d))
-        except (OSError, ValueError):
-            continue
-    return removed
+    return hostio.remove_stale_dirs("echo_trl_awm_*")
 
 
 _runtimes: weakref.WeakSet[AWMRuntime] = weakref.WeakSet()
@@ -123,6 +112,7 @@ class AWMRuntime:
         self.containment = containment or sandbox.require_containment(unsafe_no_sandbox)
         self.keep_dir = keep_dir
         self.root: Path | None = None
+        self.snapshot = b""  # the initial database image every episode starts from
         self.server: ScenarioServer | None = None
         self.tools: list[dict[str, Any]] = []
         self.build_report: BuildReport | None = None
@@ -140,15 +130,9 @@ class AWMRuntime:
         self.scenario.require("env_code")
         try:
             remove_stale_dirs()
-            self.root = Path(tempfile.mkdtemp(prefix=f"echo_trl_awm_{self.scenario.name[:40]}_"))
-            os.chmod(self.root, 0o755)  # a non-root sandbox user must reach its own subdirectories
-            (self.root / "owner.pid").write_text(str(os.getpid()))
-            for sub in ("server", "snapshot", "verify"):
-                (self.root / sub).mkdir()
+            self.root = hostio.make_run_dir(f"echo_trl_awm_{self.scenario.name[:40]}_")
             t0 = time.perf_counter()
-            self.build_report = build_database(self.scenario, self.live_db)
-            copy_database(self.live_db, self.initial_db)
-            os.chmod(self.initial_db, 0o444)
+            self.build_report, self.snapshot = build_image(self.scenario, self.root)
             self.timings["db_build"] = time.perf_counter() - t0
             self._start_server()
             with self._session() as session:
@@ -160,11 +144,8 @@ class AWMRuntime:
 
     def _start_server(self) -> None:
         assert self.root is not None
-        if self.server is not None:
-            self.server.stop()
-        self.server = ScenarioServer(
-            self.scenario, self.root / "server", self.live_db, self.root / "server.log", containment=self.containment
-        )
+        if self.server is None:
+            self.server = ScenarioServer(self.scenario, self.root, self.snapshot, containment=self.containment)
         self.timings["server_start"] = self.server.start()
 
     def _session(self) -> MCPSession:
@@ -174,15 +155,10 @@ class AWMRuntime:
         self.timings["connect"] = time.perf_counter() - t0
         return session
 
-    @property
-    def live_db(self) -> Path:
-        assert self.root is not None
-        return self.root / "server" / "live.db"
-
-    @property
-    def initial_db(self) -> Path:
-        assert self.root is not None
-        return self.root / "snapshot" / "initial.db"
+    def live_database(self) -> bytes:
+        """The live database's bytes, from the server (:class:`DatabaseUnavailable` if it cannot say)."""
+        assert self.server is not None
+        return self.server.save_database()
 
     def close(self) -> None:
         """Kill the server (whole process group) and remove the temp dir; idempotent, never raises."""
@@ -195,9 +171,10 @@ class AWMRuntime:
                     self._episode.close()
             if self.server is not None:
                 with contextlib.suppress(Exception):
-                    self.server.stop()
+                    self.server.close()
             if self.root is not None and not self.keep_dir:
-                shutil.rmtree(self.root, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    hostio.remove_tree(self.root)
         _runtimes.discard(self)
 
     @property
@@ -236,8 +213,13 @@ class AWMRuntime:
                 notes.append(f"{self.server.exit_description()}; restarted")
                 self.server.stop()
             t0 = time.perf_counter()
-            if self.episodes_started:  # before a restarted server opens the file, never under its start-up
-                copy_database(self.initial_db, self.live_db)
+            if self.episodes_started and not restart:  # a restarted server starts from the snapshot anyway
+                try:
+                    self.server.reset_database()
+                except DatabaseUnavailable as exc:
+                    notes.append(f"{exc}; restarted")
+                    restart = True
+                    self.server.stop()
             self.timings["reset"] = time.perf_counter() - t0
             if restart:
                 self._start_server()
@@ -255,13 +237,11 @@ class AWMRuntime:
         trajectory: list[dict[str, Any]] | None = None,
     ) -> VerifyOutcome:
         """Verify the live database against the initial snapshot (no verifier -> ``no_verifier``)."""
-        assert self.root is not None
         outcome = verify_databases(
             self.scenario,
             task_idx,
-            self.initial_db,
-            self.live_db,
-            self.root / "verify",
+            self.snapshot,
+            self.live_database,
             verifier_mode=self.verifier_mode,
             timeout=self.verifier_timeout,
             judge=self.judge,
@@ -272,56 +252,6 @@ class AWMRuntime:
         )
         self.timings["verify"] = outcome.seconds
         return outcome
-
-
-def verify_databases(
-    scenario: Scenario,
-    task_idx: int | None,
-    initial_db: Path,
-    final_db: Path,
-    work_root: Path,
-    *,
-    verifier_mode: str,
-    timeout: float,
-    judge: Judge | None,
-    containment: sandbox.Containment,
-    final_answer: str | None = None,
-    task: str = "",
-    trajectory: list[dict[str, Any]] | None = None,
-) -> VerifyOutcome:
-    """Run the task's verifier on ``final_db`` against ``initial_db`` (no verifier -> ``no_verifier``).
-
-    A function, not a runtime method, because a pooled session verifies its own database
-    copy without holding a server.
-    """
-    spec = scenario.verifier(task_idx, verifier_mode) if task_idx is not None else None
-    if spec is None:
-        return VerifyOutcome(
-            "no_verifier",
-            {
-                "verifier_mode": verifier_mode,
-                "result": "others",
-                "execution_status": "error",
-                "error_message": f"no {verifier_mode} verifier for task {task_idx} of scenario {scenario.name!r}",
-            },
-        )
-    work = Path(tempfile.mkdtemp(prefix="v", dir=work_root))
-    os.chmod(work, 0o755)
-    try:
-        return run_verifier(
-            spec,
-            initial_db,
-            final_db,
-            work,
-            final_answer=final_answer,
-            timeout=timeout,
-            judge=judge,
-            task=task,
-            trajectory=trajectory,
-            containment=containment,
-        )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 class Episode:

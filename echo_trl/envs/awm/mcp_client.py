@@ -4,7 +4,9 @@ One :class:`MCPSession` per episode: connect + initialize once, then ``list_tool
 ``call_tool``. The asyncio side runs on one shared daemon event-loop thread, so callers (the
 capture loop, TRL's tool loop) stay synchronous. Every call has a deadline and can be abandoned
 early when the server process dies (``alive`` callback), so a crashed or hung server becomes an
-error, never a hang.
+error, never a hang. Every HTTP response body is counted as it arrives and cut at
+:data:`MAX_REPLY_BYTES`: a server that answers with gigabytes costs the host one cap's worth of
+memory, and the call fails at once with :class:`ReplyTooLarge`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -20,10 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 MCP_URL = "http://awm-scenario/mcp"
+MAX_REPLY_BYTES = 4 << 20  # one HTTP response (a tool reply and its JSON-RPC wrapping)
 
 
 class MCPError(RuntimeError):
     """The MCP transport failed (server gone, timeout, protocol error): not a tool's own error."""
+
+
+class ReplyTooLarge(MCPError):
+    """The server's reply went over the cap on reply size; the rest was not read."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,47 @@ class ToolOutcome:
 
     text: str
     is_error: bool
+
+
+@functools.cache
+def _capped_transport_class() -> type:
+    """httpx's Unix-socket transport with every response body counted and cut at a cap (httpx loads lazily)."""
+    import httpx
+
+    class CappedStream(httpx.AsyncByteStream):
+        def __init__(self, inner: httpx.AsyncByteStream, cap: int, exceeded: Callable[[int], None]):
+            self.inner, self.cap, self.exceeded = inner, cap, exceeded
+
+        async def __aiter__(self):
+            total = 0
+            async for chunk in self.inner:
+                total += len(chunk)
+                if total > self.cap:
+                    self.exceeded(total)
+                    raise ReplyTooLarge(f"the reply exceeded the {self.cap}-byte cap on tool replies (discarded)")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class CappedTransport(httpx.AsyncBaseTransport):
+        def __init__(self, socket_path: str, cap: int, exceeded: Callable[[int], None]):
+            self.inner = httpx.AsyncHTTPTransport(uds=socket_path)
+            self.cap, self.exceeded = cap, exceeded
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            response = await self.inner.handle_async_request(request)
+            return httpx.Response(
+                status_code=response.status_code,
+                headers=response.headers,
+                stream=CappedStream(response.stream, self.cap, self.exceeded),  # type: ignore[arg-type]
+                extensions=response.extensions,
+            )
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return CappedTransport
 
 
 class _Loop:
@@ -56,7 +105,13 @@ def _quiet_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     loop.default_exception_handler(context)
 
 
-def _wait(fut: concurrent.futures.Future, timeout: float, alive: Callable[[], bool] | None, what: str) -> Any:
+def _wait(
+    fut: concurrent.futures.Future,
+    timeout: float,
+    alive: Callable[[], bool] | None,
+    what: str,
+    failure: Callable[[], MCPError | None] = lambda: None,
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
@@ -66,6 +121,10 @@ def _wait(fut: concurrent.futures.Future, timeout: float, alive: Callable[[], bo
         try:
             return fut.result(timeout=min(0.1, remaining))
         except concurrent.futures.TimeoutError:
+            error = failure()
+            if error is not None:  # the transport gave up on a reply the client would otherwise wait for
+                fut.cancel()
+                raise type(error)(f"{what} failed: {error}") from None
             if alive is not None and not alive():
                 fut.cancel()
                 raise MCPError(f"{what} failed: the scenario server exited") from None
@@ -76,8 +135,17 @@ def _wait(fut: concurrent.futures.Future, timeout: float, alive: Callable[[], bo
 class MCPSession:
     """An initialized MCP client session to the server listening on ``socket_path``."""
 
-    def __init__(self, socket_path: str, *, timeout: float = 30.0, alive: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        timeout: float = 30.0,
+        alive: Callable[[], bool] | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+    ):
         self.socket_path, self.timeout, self.alive = socket_path, timeout, alive
+        self.max_reply_bytes = max_reply_bytes
+        self._failure: MCPError | None = None
         self._session = None
         self._closed: asyncio.Event | None = None
         self._owner: concurrent.futures.Future | None = None
@@ -91,7 +159,7 @@ class MCPSession:
 
         self._closed = asyncio.Event()
         try:
-            transport = httpx.AsyncHTTPTransport(uds=self.socket_path)
+            transport = _capped_transport_class()(self.socket_path, self.max_reply_bytes, self._reply_too_large)
             async with (
                 httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(self.timeout)) as http,
                 streamable_http_client(MCP_URL, http_client=http) as (read, write, _),
@@ -108,6 +176,16 @@ class MCPSession:
                 raise
         finally:
             self._session = None
+
+    def _reply_too_large(self, received: int) -> None:
+        self._failure = ReplyTooLarge(
+            f"the reply exceeded the {self.max_reply_bytes}-byte cap on tool replies ({received} bytes received, "
+            "discarded)"
+        )
+
+    def _take_failure(self) -> MCPError | None:
+        error, self._failure = self._failure, None
+        return error
 
     #: A server that has just started can answer its first MCP initialize with HTTP 500 although it already
     #: accepts connections (seen after restarts under load): retried briefly while the server is alive.
@@ -133,7 +211,7 @@ class MCPSession:
 
         fut = asyncio.run_coroutine_threadsafe(start(), self.loop)
         try:
-            _wait(fut, self.timeout, self.alive, "MCP connect + initialize")
+            _wait(fut, self.timeout, self.alive, "MCP connect + initialize", self._take_failure)
         except MCPError:
             self.close()
             raise
@@ -154,7 +232,7 @@ class MCPSession:
 
         fut = asyncio.run_coroutine_threadsafe(run(), self.loop)
         try:
-            return _wait(fut, timeout or self.timeout, self.alive, what)
+            return _wait(fut, timeout or self.timeout, self.alive, what, self._take_failure)
         except MCPError:
             raise
         except Exception as exc:

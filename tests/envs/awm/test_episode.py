@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import tempfile
@@ -172,7 +174,8 @@ def test_fault_server_killed_mid_episode_and_hanging_verifier():
 def test_closed_runtime_refuses_and_db_is_consistent(runtime):
     ep = runtime.new_episode(0)
     ep.call_tool("subscribe_to_channel", {"channel_id": 1})
-    with sqlite3.connect(f"file:{runtime.live_db}?mode=ro", uri=True) as c:
+    with contextlib.closing(sqlite3.connect(":memory:")) as c:
+        c.deserialize(runtime.live_database())  # the live database exists only in the sandbox: its image
         assert c.execute("select count(*) from user_subscriptions where channel_id=1").fetchone()[0] >= 1
     ep.close()
     rt = AWMRuntime(runtime.scenario)
@@ -199,3 +202,68 @@ def test_dirs_of_killed_runs_are_removed_on_next_start(tmp_path):
         import shutil
 
         shutil.rmtree(mine, ignore_errors=True)
+
+
+def test_stale_dirs_are_removed_however_deep_and_links_or_foreign_dirs_are_left_alone(tmp_path):
+    """A 3,000-deep tree (shutil.rmtree's recursion gave up on it, and every later run failed), a link that
+    looks like a stale dir (it must not be followed), a bad owner file: none stops the clean-up."""
+    import subprocess
+
+    from echo_trl.envs.awm.episode import remove_stale_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    deep = Path(tempfile.mkdtemp(prefix="echo_trl_awm_deep_"))
+    (deep / "owner.pid").write_text(str(dead.pid))
+    fd = os.open(deep, os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(os.open("leaf.txt", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "owner.pid").write_text(str(dead.pid))
+    (victim / "keep.txt").write_text("keep")
+    link = Path(tempfile.gettempdir()) / f"echo_trl_awm_link_{os.getpid()}"
+    link.symlink_to(victim)
+    bad = Path(tempfile.mkdtemp(prefix="echo_trl_awm_bad_"))
+    (bad / "owner.pid").write_text("not a pid")
+    try:
+        removed = remove_stale_dirs()
+        assert str(deep) in removed and not deep.exists()
+        assert (victim / "keep.txt").exists() and str(link) not in removed
+        assert bad.exists()
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(bad, ignore_errors=True)
+
+
+def test_what_comes_back_is_read_bounded_and_only_from_regular_files(tmp_path):
+    from echo_trl.envs.awm import hostio
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(hostio.NotRegular):
+            hostio.read_bounded(fd, 100, "a fifo")
+        assert hostio.read_tail(fd, 100) == b""
+    finally:
+        os.close(fd)
+    out = hostio.output_memfd("out")
+    os.write(out, b"x" * 1000)
+    with pytest.raises(hostio.TooLarge, match="1000 bytes, over the 999-byte cap"):
+        hostio.read_bounded(out, 999, "the result")
+    assert hostio.read_bounded(out, 1000, "the result") == b"x" * 1000 and hostio.read_tail(out, 3) == b"xxx"
+    os.close(out)
+    sealed = hostio.sealed_memfd(b"input", "in")
+    with pytest.raises(PermissionError):
+        os.pwrite(sealed, b"X", 0)
+    assert os.pread(sealed, 10, 0) == b"input"
+    os.close(sealed)
+    with pytest.raises(OSError):  # a link is never opened
+        (tmp_path / "link").symlink_to(tmp_path / "target")
+        (tmp_path / "target").write_text("t")
+        hostio.open_regular(tmp_path / "link")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from echo_trl.commands.cli import main as cli_main
-from echo_trl.envs.awm import sandbox
+from echo_trl.envs.awm import sandbox, seccomp
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.scenario import ScenarioSource
 
@@ -26,26 +25,18 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
-def _run(tmp_path, code: str, containment: sandbox.Containment, **env) -> dict:
-    work = tmp_path / "work"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
-    log = tmp_path / "log.txt"
-    with open(log, "wb") as fh:
-        proc = sandbox.spawn(
-            [sys.executable, "-I", "-c", textwrap.dedent(code)],
-            cwd=str(work),
-            writable=[str(work)],
-            env=env,
-            stdout=fh,
-            containment=containment,
-        )
+def _run(code: str, containment: sandbox.Containment, **env) -> dict:
+    """Run ``code`` contained; it prints one JSON object as its last stdout line (a pipe: no host file)."""
+    proc = sandbox.spawn(
+        [sys.executable, "-I", "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE, containment=containment
+    )
     try:
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         sandbox.kill_tree(proc)
-    assert proc.returncode == 0, log.read_text()
-    return json.loads((work / "out.json").read_text())
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    return json.loads(text.strip().splitlines()[-1])
 
 
 @needs_bwrap
@@ -56,7 +47,6 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     listener.listen(1)
     port = listener.getsockname()[1]
     out = _run(
-        tmp_path,
         f"""
         import json, os, resource, socket
         res = {{"env": sorted(os.environ), "uid": os.getuid(), "gid": os.getgid(), "root": sorted(os.listdir("/")),
@@ -74,7 +64,8 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
                 open(path, "w").write("x"); res[name] = "written"
             except OSError as e:
                 res[name] = type(e).__name__
-        json.dump(res, open("out.json", "w"))
+        res["cwd"] = os.getcwd()
+        print(json.dumps(res))
     """,
         CONTAINMENT,
     )
@@ -83,9 +74,10 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
     assert out["uid"] == out["gid"] == sandbox.SANDBOX_UID
     assert "CapEff:\t0000000000000000" in out["status"] and "NoNewPrivs:\t1" in out["status"]
     assert out["net"] == "blocked"
-    # the episode dir's parent exists in there only as an empty dir on the private /tmp: never the host's
-    assert not (tmp_path / "outside.txt").exists()
+    # the host's tmp_path is not in there (its /tmp is the sandbox's own tmpfs): nothing lands on the host
+    assert not (tmp_path / "outside.txt").exists() and out["outside"] == "FileNotFoundError"
     assert out["usr"] in ("OSError", "PermissionError") and out["tmp"] == "written"  # private /tmp
+    assert out["cwd"] == sandbox.WORK_DIR
     allowed = {
         "bin",
         "dev",
@@ -98,7 +90,7 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
         "sbin",
         "tmp",
         "usr",
-        *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix, str(tmp_path))),
+        *(Path(p).parts[1] for p in (sys.base_prefix, sys.prefix)),
     }
     assert set(out["root"]) <= allowed and "home" not in out["root"] and "run" not in out["root"]
     assert len(out["pids"]) < 5  # its own pid namespace
@@ -113,16 +105,25 @@ def test_generated_code_sees_only_the_sandbox(tmp_path, monkeypatch):
 
 
 @needs_bwrap
-def test_command_binds_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
-    work = str(tmp_path)
+def test_command_binds_nothing_writable_and_nothing_of_the_hosts_tmp_run_or_home(tmp_path):
+    script = tmp_path / "bootstrap.py"
+    script.write_text("pass")
     cmd = sandbox.build_command(
-        ["true"], cwd=work, writable=[work], readonly=[], env={}, limits=sandbox.SERVER_LIMITS, containment=CONTAINMENT
+        ["true"], readonly=[str(script)], env={}, limits=sandbox.SERVER_LIMITS, containment=CONTAINMENT, seccomp_fd=9
     )
     inner = cmd[cmd.index("--unshare-user") :]
     sources = {inner[i + 1] for i, a in enumerate(inner) if a in ("--bind", "--ro-bind", "--dev-bind")}
-    assert work in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
+    assert "--bind" not in inner and "--dev-bind" not in inner  # no host directory is writable inside
+    assert str(script) in sources and "/tmp" not in sources and "/run" not in sources and "/" not in sources
     assert not any(s.startswith(("/home", "/run", "/var")) for s in sources)
     assert {"--unshare-pid", "--unshare-net", "--die-with-parent", "--clearenv", "--disable-userns"} <= set(inner)
+    size = inner.index("--size")  # the one writable dir: a tmpfs of its own, sized
+    assert inner[size + 1] == str(sandbox.SERVER_LIMITS.disk) and inner[size + 4 : size + 6] == ["--tmpfs", "/tmp"]
+    assert inner.index("--tmpfs") < inner.index(str(script))  # binds after the tmpfs: visible under /tmp too
+    assert inner[inner.index("--seccomp") + 1] == "9"
+    if CONTAINMENT.drop_root:  # the outer, root bwrap: a pid namespace that dies with us
+        outer = cmd[: cmd.index("--")]
+        assert "--unshare-pid" in outer and "--die-with-parent" in outer
 
 
 def test_limits_become_prlimit_arguments():
@@ -186,13 +187,8 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
     if layers == "contained" and not CONTAINMENT.contained:
         pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
     containment = CONTAINMENT if layers == "contained" else sandbox.UNSAFE
-    work = tmp_path / "w"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
     proc = sandbox.spawn(
         [sys.executable, "-I", "-c", "import subprocess,time; subprocess.Popen(['sleep','300']); time.sleep(300)"],
-        cwd=str(work),
-        writable=[str(work)],
         containment=containment,
     )
     deadline = time.monotonic() + 10
@@ -211,13 +207,12 @@ def test_kill_tree_reaps_everything(tmp_path, layers):
     assert sandbox.group_members(proc.pid) == []
 
 
-def test_uncontained_run_still_gets_a_clean_environment(tmp_path, monkeypatch):
+def test_uncontained_run_still_gets_a_clean_environment(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_should_not_leak")
     out = _run(
-        tmp_path,
         """
         import json, os, resource
-        json.dump({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}, open("out.json", "w"))
+        print(json.dumps({"env": sorted(os.environ), "core": resource.getrlimit(resource.RLIMIT_CORE)}))
     """,
         sandbox.UNSAFE,
     )
@@ -231,9 +226,6 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
     if not CONTAINMENT.session.version:
         pytest.skip(f"no cgroup for session caps here: {CONTAINMENT.session.reason}")
     limits = sandbox.Limits(address_space=1 << 30, session_memory=256 << 20, processes=64)
-    work = tmp_path / "w"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
     code = textwrap.dedent("""
         import json, os, time
         kids = []
@@ -244,17 +236,183 @@ def test_session_memory_cap_covers_all_processes_together(tmp_path):
                 time.sleep(2)
                 os._exit(0)
             kids.append(pid)
-        json.dump([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], open("out.json", "w"))
+        print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]))
     """)
     proc = sandbox.spawn(
-        [sys.executable, "-I", "-c", code], cwd=str(work), writable=[str(work)], limits=limits, containment=CONTAINMENT
+        [sys.executable, "-I", "-c", code], limits=limits, containment=CONTAINMENT, stdout=subprocess.PIPE
     )
     groups = list(proc.cgroups)
     assert groups and all((g / "cgroup.procs").exists() for g in groups)
     try:
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         sandbox.kill_tree(proc)
-    codes = json.loads((work / "out.json").read_text())
+    codes = json.loads(out.decode().strip().splitlines()[-1])
     assert -9 in codes and 0 in codes, codes  # the OOM killer took one, within the sandbox's cgroup
     assert not any(g.exists() for g in groups)  # removed with the sandbox
+
+
+# --------------------------------------------------------------------------------------------
+# The seccomp filter, evaluated on every system call number of both architectures
+
+
+def _syscall_numbers():
+    """An independent source of system-call numbers: libseccomp, else the kernel headers (skip without either)."""
+    import ctypes
+    import re
+
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+        resolve = lib.seccomp_syscall_resolve_name_arch
+        resolve.restype, resolve.argtypes = ctypes.c_int, [ctypes.c_uint32, ctypes.c_char_p]
+        return "libseccomp", lambda arch, name: resolve(seccomp.AUDIT_ARCH[arch], name.encode())
+    except OSError:
+        pass
+    headers = {
+        "x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+        "aarch64": Path("/usr/include/asm-generic/unistd.h"),
+    }
+    if not all(p.exists() for p in headers.values()):
+        pytest.skip("neither libseccomp nor the kernel's unistd headers are here to check the numbers against")
+    tables = {
+        arch: {m[0]: int(m[1]) for m in re.findall(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", p.read_text())}
+        for arch, p in headers.items()
+    }
+    return "kernel headers", lambda arch, name: tables[arch].get(name, -1)
+
+
+# What the filter must deny (the threat model's list), by name: numbers come from elsewhere.
+MUST_DENY = (
+    "keyctl",
+    "add_key",
+    "request_key",
+    "ptrace",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "unshare",
+    "setns",
+    "mount",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+)
+MUST_ALLOW = (
+    "read",
+    "write",
+    "openat",
+    "close",
+    "mmap",
+    "munmap",
+    "brk",
+    "futex",
+    "clone",
+    "socket",
+    "connect",
+    "accept4",
+    "bind",
+    "listen",
+    "sendto",
+    "recvfrom",
+    "execve",
+    "exit_group",
+    "wait4",
+    "kill",
+    "getpid",
+    "fcntl",
+    "ioctl",
+    "lseek",
+    "pread64",
+    "pwrite64",
+    "fstat",
+    "newfstatat",
+    "getdents64",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_pwait",
+    "memfd_create",
+    "prlimit64",
+    "getrandom",
+)
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_seccomp_filter_denies_exactly_the_listed_calls_with_eperm(arch):
+    import errno
+
+    source, number = _syscall_numbers()
+    program = seccomp.program(arch)
+    native = seccomp.AUDIT_ARCH[arch]
+    eperm, enosys = seccomp.RET_ERRNO | errno.EPERM, seccomp.RET_ERRNO | errno.ENOSYS
+    for name in [*MUST_DENY, *seccomp.DENIED]:
+        nr = number(arch, name)
+        assert nr >= 0, f"{source} does not know {name} on {arch}"
+        assert seccomp.evaluate(program, nr, native) == eperm, (arch, name, nr)
+    for name in MUST_ALLOW:
+        nr = number(arch, name)
+        if nr >= 0:  # e.g. aarch64 has no open/epoll_wait, only the *at / p* forms
+            assert seccomp.evaluate(program, nr, native) == seccomp.RET_ALLOW, (arch, name, nr)
+    clone = number(arch, "clone")
+    assert seccomp.evaluate(program, clone, native, arg0=0x01200011) == seccomp.RET_ALLOW  # glibc's fork flags
+    for flag in (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+        assert seccomp.evaluate(program, clone, native, arg0=flag | 17) == eperm, hex(flag)  # CLONE_NEW*
+    assert seccomp.evaluate(program, number(arch, "clone3"), native) == enosys  # libc falls back to clone
+    foreign = 0x40000003 if arch == "x86_64" else 0x40000028  # i386 / arm: other numbers, denied whole
+    assert seccomp.evaluate(program, number(arch, "read"), foreign) == eperm
+    if arch == "x86_64":
+        assert seccomp.evaluate(program, 0x40000000 | number(arch, "read"), native) == eperm  # x32
+    assert len(seccomp.program_bytes(arch)) == 8 * len(program)
+
+
+def test_the_seccomp_filter_holds_in_a_real_sandbox():
+    if not CONTAINMENT.contained:
+        pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+    nr = {name: seccomp.syscall_number(name) for name in ("unshare", "keyctl")}
+    out = _run(
+        f"""
+        import ctypes, json
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(nr, *args):
+            r = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) for a in args))
+            return r if r >= 0 else -ctypes.get_errno()
+        print(json.dumps({{"unshare": call({nr["unshare"]}, 0), "keyctl": call({nr["keyctl"]}, 0, -3, 0),
+                          "keys": open("/proc/keys").read()}}))
+        """,
+        CONTAINMENT,
+    )
+    assert out["unshare"] == out["keyctl"] == -1  # -EPERM; without the filter both succeed
+    assert out["keys"] == ""  # a fresh session keyring, nobody's keys in sight
+
+
+def test_refusal_names_the_missing_piece_before_any_way_around_it(monkeypatch):
+    """bwrap works but the Python runtime cannot run inside: the error says exactly that, and the unsafe
+    switch comes only as a caveat at the end (it used to read 'cannot create its sandbox', then suggest it)."""
+    if not CONTAINMENT.contained:
+        pytest.skip(f"no containment on this host: {' '.join(CONTAINMENT.notes)}")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/bin/python3")
+    monkeypatch.setattr(sandbox, "_detected", None)
+    try:
+        with pytest.raises(sandbox.ContainmentUnavailable) as err:
+            sandbox.require_containment()
+    finally:
+        monkeypatch.undo()
+        sandbox.detect_containment(refresh=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "/nonexistent/bin/python3" in msg and "bwrap works here" in msg
+    assert "user namespaces" not in msg  # not the wrong diagnosis
+    fix, caveat = msg.split(" (--unsafe-no-sandbox", 1)
+    assert "unsafe" not in fix and "only for code you trust" in caveat
+
+
+def test_a_python_at_the_top_of_the_tree_never_binds_the_hosts_root(monkeypatch):
+    from echo_trl.envs.awm import bwrap_args
+
+    monkeypatch.setattr(sys, "executable", "/python3")  # dirname(dirname(...)) is "/"
+    assert "/" not in bwrap_args._python_roots()

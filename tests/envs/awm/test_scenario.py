@@ -140,3 +140,20 @@ def test_hub_source_reads_the_hf_cache_offline(tmp_path, samples, monkeypatch):
 def test_verifier_function_rule():
     assert verifier_function("import x\ndef verify_task_completion(a, b):\n  pass", "code") == "verify_task_completion"
     assert verifier_function("def helper():\n  pass", "sql") == "verify_task"
+
+
+def test_the_scenarios_sql_cannot_attach_or_write_host_files(tmp_path):
+    """The DDL and sample rows are generated SQL, run by the host: ATTACH (opens or creates any file) and
+    VACUUM INTO (writes one) are refused; the failing DDL is a ScenarioError, a failing INSERT is recorded."""
+    import dataclasses
+
+    bundled = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+    sc = ScenarioSource.from_dir(bundled).load("library_1")
+    planted = tmp_path / "planted.db"
+    schema = {"tables": [*sc.db_schema["tables"], {"ddl": f"ATTACH DATABASE '{planted}' AS planted"}]}
+    with pytest.raises(ScenarioError, match=r"db_schema.tables\[\d+\].ddl: DDL failed: not authorized"):
+        build_database(dataclasses.replace(sc, db_schema=schema), tmp_path / "a.db")
+    samples = {"tables": [{"insert_statements": [f"VACUUM INTO '{planted}'"]}, *sc.sample_data["tables"]]}
+    report = build_database(dataclasses.replace(sc, sample_data=samples), tmp_path / "b.db")
+    assert report.failed_inserts and "sample_data.tables[0].insert_statements[0]" in report.failed_inserts[0]
+    assert report.inserts > 0 and not planted.exists()

@@ -1,10 +1,11 @@
-"""ScenarioServer when its Unix socket path is already taken (environment containment and faults).
+"""ScenarioServer: a socket the host binds, readiness over a pipe, the live database over a channel.
 
-A stale file, the dead socket of a SIGKILLed server, or another process's listener at
-``server_dir/mcp.sock``: the server takes the path over and serves real tool calls, or fails with
-a clear ScenarioError in bounded time; it never reports "ready" because a foreign listener
-answered. Every test checks that no child process (and, where it makes any, no temp dir) is left.
-Uses the repo's own scenario (data/awm_scenarios, library_1), so nothing here needs ../shared.
+Nothing the server can write is a path the host uses: the socket is bound by the host in its
+private run dir and passed in as a descriptor, readiness is one byte on a pipe, the live database
+exists only in the sandbox and crosses as bounded images. A server that never starts, signals
+junk, or answers database requests out of step or oversized fails in bounded time with a clear
+error. Every test checks that no child process is left. Uses the repo's own scenario
+(data/awm_scenarios, library_1), so nothing here needs ../shared.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
+import stat
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +27,11 @@ import pytest
 from helpers.processes import descendant_pids
 
 from echo_trl.envs.awm import sandbox
-from echo_trl.envs.awm.database import build_database
+from echo_trl.envs.awm.database import build_image
 from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.mcp_client import MCPSession
 from echo_trl.envs.awm.scenario import Scenario, ScenarioError, ScenarioSource
-from echo_trl.envs.awm.server import ScenarioServer
+from echo_trl.envs.awm.server import DatabaseUnavailable, ScenarioServer
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 SCENARIO = "library_1"
@@ -64,145 +64,173 @@ def no_leftover_children() -> Iterator[None]:
 
 
 @pytest.fixture
-def server_dir(scenario: Scenario) -> Iterator[Path]:
-    """``root/server`` with a built database, as AWMRuntime lays it out; root is removed afterwards."""
+def run_dir() -> Iterator[Path]:
+    """A private run dir, as AWMRuntime makes one; removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="echo_trl_srv_"))
-    os.chmod(root, 0o755)  # a sandbox uid must reach server/
-    (root / "server").mkdir()
-    build_database(scenario, root / "server" / "live.db")
-    yield root / "server"
+    yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
-class Listener:
-    """A foreign Unix-socket listener that accepts and never answers (counts the connections it got)."""
-
-    def __init__(self, path: str):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(16)
-        self.accepted: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                self.accepted.append(self.sock.accept()[0])
-
-    def close(self) -> None:
-        for s in [*self.accepted, self.sock]:
-            s.close()
-
-
-def branch_names(db: Path) -> list[str]:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
-        return [r[0] for r in c.execute("select name from branches")]
-
-
-def assert_serves_the_scenario(socket_path: str, alive, db: Path, expected_tools: set[str]) -> None:
+def assert_serves_the_scenario(server: ScenarioServer, expected_tools: set[str]) -> None:
     """Our server answers: its MCP tools are the spec's, and a tool returns rows from the episode database."""
-    with MCPSession(socket_path, timeout=20, alive=alive) as session:
+    with MCPSession(server.socket_path, timeout=20, alive=server.alive) as session:
         assert {t["name"] for t in session.list_tools()} == expected_tools
         out = session.call_tool("list_branches", {})
-    names = branch_names(db)
+    names = _tables(server.save_database(), "select name from branches")
     assert not out.is_error and names and all(n in out.text for n in names), out.text[:300]
 
 
-@pytest.mark.parametrize("squatter", ["regular_file", "live_listener"])
-def test_taken_socket_path_is_taken_over(scenario, server_dir, expected_tools, squatter):
-    """A stale file (bind used to fail: 'exited during start-up') or a listener (it used to pass for ready)."""
-    sock_path = str(server_dir / "mcp.sock")
-    listener = None
-    if squatter == "regular_file":
-        Path(sock_path).write_text("left over")
-    else:
-        listener = Listener(sock_path)
-    server = ScenarioServer(scenario, server_dir, server_dir / "live.db", server_dir.parent / "server.log")
-    try:
-        with no_leftover_children():
-            try:
-                server.start()
-                assert server.alive()
-                assert_serves_the_scenario(server.socket_path, server.alive, server_dir / "live.db", expected_tools)
-            finally:
-                server.stop()
-        if listener is not None:
-            assert listener.accepted == []  # neither the readiness probe nor MCP went to the impostor
-    finally:
-        if listener is not None:
-            listener.close()
+def _library_image(scenario: Scenario) -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+        return build_image(scenario, d)[1]
 
 
-def test_listener_appearing_after_spawn_is_not_taken_for_ready(scenario, server_dir):
-    """Our child never binds (its app hangs at import); a foreign listener takes the path: a clear timeout."""
-    hung = dataclasses.replace(scenario, env_code="import time\ntime.sleep(3600)\n")
-    server = ScenarioServer(
-        hung, server_dir, server_dir / "live.db", server_dir.parent / "server.log", start_timeout=3.0
-    )
-    listeners: list[Listener] = []
+def _tables(image: bytes, query: str) -> list:
+    with contextlib.closing(sqlite3.connect(":memory:")) as c:
+        c.deserialize(image)
+        return [r[0] for r in c.execute(query)]
 
-    def squat() -> None:
-        deadline = time.monotonic() + 30
-        while server.proc is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        listeners.append(Listener(server.socket_path))
 
-    squatter = threading.Thread(target=squat, daemon=True)
+def test_the_host_binds_the_socket_in_its_private_dir_and_the_sandbox_writes_nothing_there(
+    scenario, run_dir, expected_tools
+):
+    image = _library_image(scenario)
+    server = ScenarioServer(scenario, run_dir, image)
     with no_leftover_children():
-        squatter.start()
+        try:
+            server.start()
+            assert_serves_the_scenario(server, expected_tools)
+            assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+            entries = {p.name: os.lstat(p) for p in run_dir.iterdir()}
+            assert set(entries) == {"mcp.sock", "server.log"}
+            assert stat.S_ISSOCK(entries["mcp.sock"].st_mode) and stat.S_ISREG(entries["server.log"].st_mode)
+            assert all(st.st_uid == os.geteuid() for st in entries.values())  # none made by the sandbox uid
+        finally:
+            server.close()
+
+
+def test_a_server_that_never_listens_times_out(scenario, run_dir):
+    hung = dataclasses.replace(scenario, env_code="import time\ntime.sleep(3600)\n")
+    server = ScenarioServer(hung, run_dir, _library_image(scenario), start_timeout=3.0)
+    with no_leftover_children():
         t0 = time.perf_counter()
         with pytest.raises(ScenarioError, match="did not start within 3s"):
             server.start()
         assert time.perf_counter() - t0 < 15
-        squatter.join(5)
-    assert listeners and not server.alive()
-    listeners[0].close()
+    assert not server.alive()
+    server.close()
 
 
-def test_unremovable_socket_path_is_a_clear_error(scenario, server_dir):
-    """A directory at the socket path cannot be unlinked: ScenarioError naming it, and nothing is spawned."""
-    (server_dir / "mcp.sock").mkdir()
-    (server_dir / "mcp.sock" / "x").write_text("x")
-    server = ScenarioServer(scenario, server_dir, server_dir / "live.db", server_dir.parent / "server.log")
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (
+            "import os, sys, time\nos.write(int(sys.argv[4]), b'junk')\ntime.sleep(3600)\n",
+            "wrote b'j' to its readiness",
+        ),
+        ("import os, sys, time\nos.close(int(sys.argv[4]))\ntime.sleep(3600)\n", "closed its readiness pipe"),
+        ("import sys\nsys.exit(7)\n", r"exited during start-up \(exit code 7\)"),
+    ],
+    ids=["junk", "closed", "exits"],
+)
+def test_a_server_that_signals_junk_closes_its_pipe_or_exits_is_a_clear_start_error(scenario, run_dir, code, message):
+    odd = dataclasses.replace(scenario, env_code=code)
+    server = ScenarioServer(odd, run_dir, _library_image(scenario), start_timeout=30.0)
     with no_leftover_children():
         t0 = time.perf_counter()
-        with pytest.raises(ScenarioError, match=r"cannot take over the server socket path .*/mcp\.sock"):
+        with pytest.raises(ScenarioError, match=message):
             server.start()
-        assert time.perf_counter() - t0 < 5
-    assert server.proc is None
+        assert time.perf_counter() - t0 < 20
+    server.close()
 
 
-def test_restart_after_sigkill_takes_over_the_socket_path(scenario, expected_tools):
-    """The restart path reuses server/: the killed server's dead socket and then a squatter are both there."""
+def test_the_live_database_is_saved_loaded_and_reset_through_the_server(scenario, run_dir):
+    image = _library_image(scenario)
+    count = "select count(*) from branches"
+    server = ScenarioServer(scenario, run_dir, image)
+    with no_leftover_children():
+        try:
+            server.start()
+            saved = server.save_database()
+            assert _tables(saved, count) == _tables(image, count) and _tables(saved, count)[0] > 0
+            with contextlib.closing(sqlite3.connect(":memory:")) as c:  # an image with one branch fewer
+                c.deserialize(image)
+                c.execute("delete from branches where id = (select min(id) from branches)")
+                c.commit()
+                smaller = c.serialize()
+            server.load_database(smaller)
+            assert _tables(server.save_database(), count) == [_tables(image, count)[0] - 1]
+            with MCPSession(server.socket_path, timeout=20, alive=server.alive) as session:
+                listed = session.call_tool("list_branches", {}).text  # the server's own connections see it
+            names = _tables(image, "select name from branches order by id")
+            assert names[0] not in listed and names[1] in listed
+            server.reset_database()
+            assert _tables(server.save_database(), count) == _tables(image, count)
+        finally:
+            server.close()
+
+
+PATCH_CHANNEL = """
+import sys as _sys
+_main = _sys.modules["__main__"]
+{patch}
+"""
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (  # a reply that claims 300 MB: refused from its header, never read
+            "_main._answer = lambda *a: bytes(300 << 20)",
+            "over the 268435456 cap",
+        ),
+        (  # a reply with another request's id, sent before the host even asks
+            "import os\nos.write(int(_sys.argv[5]), b'K' + bytes(8) + (5).to_bytes(8, 'big') + b'hello')",
+            "out of step",
+        ),
+        ("import time\n_main._answer = lambda *a: time.sleep(3600)", "no complete reply before the deadline"),
+    ],
+    ids=["oversized", "out_of_step", "silent"],
+)
+def test_a_database_channel_the_server_abuses_is_refused_in_bounded_time(scenario, run_dir, patch, message):
+    code = scenario.env_code.split('\nif __name__ == "__main__":')[0] + PATCH_CHANNEL.format(patch=patch)
+    server = ScenarioServer(dataclasses.replace(scenario, env_code=code), run_dir, _library_image(scenario))
+    server.control_timeout = 3.0
+    with no_leftover_children():
+        try:
+            server.start()
+            t0 = time.perf_counter()
+            with pytest.raises(DatabaseUnavailable, match=message):
+                server.save_database()
+            assert time.perf_counter() - t0 < 10
+            with pytest.raises(DatabaseUnavailable):  # the channel is closed: nothing reads a stale reply later
+                server.reset_database()
+        finally:
+            server.close()
+
+
+def test_restart_after_sigkill_serves_again(scenario, expected_tools):
+    """The restart path: the killed server's socket file is replaced by a fresh one the host binds."""
     dirs_before = set(Path(tempfile.gettempdir()).glob("echo_trl_awm_*"))
     with no_leftover_children():
         rt = AWMRuntime(scenario, tool_timeout=20.0).start()
         root = rt.root
-        listener = None
         try:
             assert root is not None and {t["name"] for t in rt.tools} == expected_tools
-            sock_path = rt.server.socket_path
             pgid = rt.server.proc.pid
             os.killpg(pgid, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while sandbox.group_members(pgid) and time.monotonic() < deadline:  # SIGKILL is asynchronous
                 time.sleep(0.02)
-            # what a SIGKILLed server leaves: a socket file nobody listens on
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe, pytest.raises(ConnectionRefusedError):
-                probe.connect(sock_path)
-            os.unlink(sock_path)
-            listener = Listener(sock_path)  # ... and another listener that grabbed the path meanwhile
             ep = rt.new_episode(0)
             assert any("restarted" in n for n in ep.notes)
             obs = ep.call_tool("list_branches", {})
             assert obs["reward_type"] == "tool_call_ok", obs
-            assert all(n in obs["tool_result"] for n in branch_names(rt.live_db))
+            names = _tables(rt.live_database(), "select name from branches")
+            assert names and all(n in obs["tool_result"] for n in names)
             ep.close()
-            assert listener.accepted == []
         finally:
             rt.close()
-            if listener is not None:
-                listener.close()
     assert root is not None and not root.exists()
     assert set(Path(tempfile.gettempdir()).glob("echo_trl_awm_*")) <= dirs_before
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,24 +24,15 @@ def ecommerce(tmp_path_factory):
         pytest.skip(f"shared AWM-1K samples not found at {SAMPLES} (they live in ../shared/data, not in the repo)")
     sc = ScenarioSource.from_dir(SAMPLES).load("e_commerce_33")
     d = tmp_path_factory.mktemp("ecommerce")
-    os.chmod(d, 0o755)
     build_database(sc, d / "initial.db")
     copy_database(d / "initial.db", d / "final.db")
     return sc, d
 
 
-def _work(tmp_path: Path, name: str) -> Path:
-    w = tmp_path / name
-    w.mkdir()
-    os.chmod(tmp_path, 0o755)
-    return w
-
-
 def test_ecommerce_code_verifiers_run_on_built_databases(ecommerce, tmp_path):
     sc, d = ecommerce
     outcomes = {
-        k: run_verifier(sc.verifier(k, "code"), d / "initial.db", d / "final.db", _work(tmp_path, f"w{k}"), timeout=30)
-        for k in range(3)
+        k: run_verifier(sc.verifier(k, "code"), d / "initial.db", d / "final.db", timeout=30) for k in range(3)
     }
     for k, o in outcomes.items():
         assert o.verify_result["execution_status"] == "success", (k, o.verify_result, o.log)
@@ -54,13 +47,12 @@ def test_syntax_error_verifier_is_a_clear_verifier_error(ecommerce, tmp_path):
     spec = sc.verifier(2, "sql")  # gen_verifier.jsonl line 3: a SyntaxError in the source data
     assert spec.source == "gen_verifier.jsonl:3"
     with pytest.raises(VerifierConfigError, match="SQL-mode verifiers return evidence for an LLM judge"):
-        run_verifier(spec, d / "initial.db", d / "final.db", _work(tmp_path, "nojudge"))
+        run_verifier(spec, d / "initial.db", d / "final.db")
     calls = []
     out = run_verifier(
         spec,
         d / "initial.db",
         d / "final.db",
-        _work(tmp_path, "judge"),
         judge=lambda **kw: calls.append(kw) or "complete",
     )
     assert out.reward_type == "judge_error" and not calls
@@ -75,7 +67,6 @@ def test_sql_verifier_with_a_judge(ecommerce, tmp_path):
         sc.verifier(1, "sql"),
         d / "initial.db",
         d / "final.db",
-        _work(tmp_path, "w"),
         judge=lambda **kw: seen.update(kw) or "incomplete",
         task=sc.task(1),
     )
@@ -98,7 +89,6 @@ def test_complete_exception_and_bad_return(ecommerce, tmp_path):
         ),
         d / "initial.db",
         d / "final.db",
-        _work(tmp_path, "a"),
         final_answer="yes",
     )
     assert ok.reward_type == "complete" and RewardConfig().reward(ok.reward_type) == 1.0
@@ -106,7 +96,6 @@ def test_complete_exception_and_bad_return(ecommerce, tmp_path):
         _spec("def verify_task_completion(a, b):\n    raise KeyError('x')\n"),
         d / "initial.db",
         d / "final.db",
-        _work(tmp_path, "b"),
     )
     assert boom.reward_type == "judge_error" and boom.verify_result["error_type"] == "KeyError"
     assert boom.verify_result["error_message"].startswith("line 2:")
@@ -114,7 +103,6 @@ def test_complete_exception_and_bad_return(ecommerce, tmp_path):
         _spec("def verify_task_completion(a, b):\n    return 'complete'\n"),
         d / "initial.db",
         d / "final.db",
-        _work(tmp_path, "c"),
     )
     assert bad.reward_type == "judge_error" and bad.verify_result["error_type"] == "InvalidReturn"
 
@@ -122,26 +110,125 @@ def test_complete_exception_and_bad_return(ecommerce, tmp_path):
 def test_hanging_verifier_is_killed_with_its_children(ecommerce, tmp_path):
     _, d = ecommerce
     before = descendant_pids()
+    marker = f"echo_trl_verifier_child_{os.getpid()}_{id(tmp_path)}"
     code = (
         "def verify_task_completion(a, b):\n    import subprocess, time\n"
-        "    subprocess.Popen(['sleep', '300'])\n    while True:\n        time.sleep(1)\n"
+        f"    subprocess.Popen(['sleep', '300', '{marker}'])\n    while True:\n        time.sleep(1)\n"
     )
-    out = run_verifier(_spec(code), d / "initial.db", d / "final.db", _work(tmp_path, "hang"), timeout=2)
+    out = run_verifier(_spec(code), d / "initial.db", d / "final.db", timeout=2)
     assert out.reward_type == "judge_error" and out.verify_result["execution_status"] == "timeout"
     assert "did not finish within 2s" in out.verify_result["error_message"]
     after = descendant_pids()
     assert after <= before and not sandbox.live_children()
-    assert not _processes_in(tmp_path)  # the verifier's own child (sleep) died with it
+    assert not _processes_with(marker)  # the verifier's own child (sleep) died with it
 
 
-def _processes_in(directory: Path) -> list[int]:
-    """PIDs whose working directory is inside ``directory``."""
+def _processes_with(marker: str) -> list[int]:
+    """PIDs whose command line holds ``marker``."""
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if os.readlink(d / "cwd").startswith(str(directory)):
+                if marker.encode() in (d / "cmdline").read_bytes():
                     found.append(int(d.name))
             except OSError:
                 pass
     return found
+
+
+# --------------------------------------------------------------------------------------------
+# What the verifier process leaves is untrusted: odd results are verifier errors, never crashes.
+
+LIBRARY = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+
+# The verifier's code writes RESULT itself and exits before the bootstrap would: RESULT is the last
+# argument of the bootstrap (a descriptor the host passed, or, in older layouts, a path).
+WRITE_RESULT = """
+def verify_task_completion(initial_db_path, final_db_path, final_answer=None):
+    import os, sys
+    target, data = sys.argv[-1], {data!r}
+    if target.isdigit():
+        os.write(int(target), data)
+    else:
+        with open(target, "wb") as fh:
+            fh.write(data)
+    os._exit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def library_dbs(tmp_path_factory):
+    sc = ScenarioSource.from_dir(LIBRARY).load("library_1")
+    d = tmp_path_factory.mktemp("library")
+    build_database(sc, d / "initial.db")
+    copy_database(d / "initial.db", d / "final.db")
+    return d / "initial.db", d / "final.db"
+
+
+def _writable(verify_result: dict) -> str:
+    """The verify_result as the capture writes it (UTF-8 JSON): must not raise."""
+    return json.dumps(verify_result, ensure_ascii=False).encode("utf-8").decode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"[1, 2, 3]", "a JSON list, not an object"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"status": "ok", "value": ' + b'{"a": ' * 70 + b"1" + b"}" * 70 + b"}", "nested more than 64 levels"),
+        (b"\xff\xfe not json", "not valid JSON"),
+        (b'{"status": "ok", "value": {"result": "others", "x": "' + b"y" * (2 << 20) + b'"}}', "over the"),
+    ],
+    ids=["list", "deep_100k", "deep_70", "binary", "over_cap"],
+)
+def test_odd_verifier_results_are_verifier_errors(library_dbs, data, reason):
+    initial, final = library_dbs
+    out = run_verifier(_spec(WRITE_RESULT.format(data=data)), initial, final, timeout=30)
+    assert out.reward_type == "judge_error", out.verify_result
+    assert out.verify_result["error_type"] == "InvalidResult" and reason in out.verify_result["error_message"]
+    assert len(_writable(out.verify_result)) < 10_000
+
+
+def test_lone_surrogates_in_a_result_become_replacement_characters(library_dbs):
+    initial, final = library_dbs
+    data = b'{"status": "ok", "value": {"result": "complete", "note": "a\\ud800b", "\\udfff": 1}}'
+    out = run_verifier(_spec(WRITE_RESULT.format(data=data)), initial, final, timeout=30)
+    assert out.reward_type == "complete"
+    assert out.verify_result["raw_result"] == {"result": "complete", "note": "a\ufffdb", "\ufffd": 1}
+    assert "\ufffd" in _writable(out.verify_result)
+
+
+def test_the_verifier_cannot_make_the_host_read_a_file_or_block_on_a_fifo(library_dbs, tmp_path):
+    """Where the host used to read the log and the result by path, the verifier put a link to a root-only
+    file and a FIFO: the host must neither follow the link nor block (it reads its own descriptors)."""
+    initial, final = library_dbs
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-verifier-log")
+    os.chmod(secret, 0o600)
+    code = f"""
+def verify_task_completion(initial_db_path, final_db_path, final_answer=None):
+    import os, sys
+    for name in ("verifier.log", "result.json"):
+        for where in (os.getcwd(), os.path.dirname(sys.argv[-1])):
+            path = os.path.join(where or ".", name)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            try:
+                os.symlink({str(secret)!r}, path) if name == "verifier.log" else os.mkfifo(path)
+            except OSError:
+                pass
+    os._exit(3)
+"""
+    result: list = []
+    worker = threading.Thread(
+        target=lambda: result.append(run_verifier(_spec(code), initial, final, timeout=30)), daemon=True
+    )
+    worker.start()
+    worker.join(60)
+    assert result, "run_verifier blocked on what the verifier left"
+    (out,) = result
+    assert out.reward_type == "judge_error" and out.verify_result["error_type"] == "VerifierCrashed"
+    assert "exit code 3" in out.verify_result["error_message"]
+    assert "TOP-SECRET" not in _writable(out.verify_result) and "TOP-SECRET" not in out.log
