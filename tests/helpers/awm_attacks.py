@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import descendant_pids
+from helpers.processes import descendant_pids
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data" / "awm_scenarios"

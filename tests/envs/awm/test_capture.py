@@ -368,7 +368,7 @@ def test_capture_cli_model_policy_in_the_awm_agent_format(tmp_path):
 
 def test_a_live_episode_and_the_dataset_built_from_its_recording_render_the_same_prompt(tmp_path):
     """What a model policy is shown live is what training on the recording renders: same text, same ids."""
-    from conftest import TEMPLATE_FAMILIES, tiny_tokenizer
+    from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 
     from echo_trl.data.build import build_awm_dataset
     from echo_trl.data.prompt import DEFAULT_SYSTEM_PROMPT
