@@ -30,7 +30,7 @@ from datasets import Features, List, Value
 from .tokenization import RoleTokens, tokenize_rows
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
-LAYOUT_VERSION = "2"  # 2: special-token text inside a conversation is tokenized as text
+LAYOUT_VERSION = "3"  # 3: roles from tool-call turns, checked by the role audit; 2: special-token text stays text
 
 IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
 #: The columns :func:`tokenize_dataset` adds.

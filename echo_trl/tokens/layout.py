@@ -259,8 +259,12 @@ class Layout:
 
 def _value_forms(value: Any) -> list[str]:
     """How a template may render one argument value."""
-    if isinstance(value, str):
-        return [value, escaped(value)] if value else []
+    if isinstance(value, str):  # as is, JSON-escaped, quotes backslash-escaped (Python-style calls)
+        return (
+            list(dict.fromkeys([value, escaped(value), value.replace("\\", "\\\\").replace("'", "\\'")]))
+            if value
+            else []
+        )
     try:
         dumped = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):

@@ -275,9 +275,19 @@ def _choose_style(tokenizer, probe: _Probe, tools) -> tuple[MessageStyle, str]:
     except TemplateError as exc:
         raise TemplateError(f"chat template cannot render a user/assistant exchange: {exc}") from None
     reason = failures[0].removeprefix("chat template failed to render the conversation: ")
+    if not tools:
+        schema = {"type": "function", "function": {"name": probe.names[0], "description": "", "parameters": {}}}
+        try:
+            render(tokenizer, probe.conversation(STYLES[0]), [schema])
+        except TemplateError:
+            pass
+        else:
+            raise TemplateError(
+                "chat template needs tool schemas (tools) to render a tool conversation, and these rows render "
+                f"without them ({reason})"
+            )
     raise TemplateError(
-        "chat template has no tool role: it cannot render a tool message after an assistant tool call "
-        f"({reason})" + ("" if tools else "; it may need tool schemas, and these rows render without them")
+        f"chat template has no tool role: it cannot render a tool message after an assistant tool call ({reason})"
     )
 
 
@@ -313,8 +323,8 @@ def _stop(own: str, own_at: int, nxt: str, nxt_at: int, info_specials, eos, unti
         return tail[span[0] : span[1]]
     limit = nxt.find(until, nxt_at) if until else -1
     span = first_special(nxt, info_specials, nxt_at + len(tail))
-    if span and (limit == -1 or span[0] < limit):
-        return nxt[span[0] : span[1]]
+    if span and (limit == -1 or span[0] < limit) and not nxt[nxt_at + len(tail) : span[0]].strip():
+        return nxt[span[0] : span[1]]  # a turn the template leaves open, closed by the next message's first token
     return None
 
 
