@@ -68,9 +68,10 @@ def role_runs(text: str, starts: np.ndarray, roles: np.ndarray) -> list[Run]:
 
 
 def _forms(text: str) -> list[str]:
-    """How a template may render ``text``: verbatim, JSON-escaped, stripped."""
+    """How a template may render ``text``: verbatim, JSON-escaped, stripped (at either end: a template that
+    strips a tool message strips its output and its warnings as one text)."""
     escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-    return list(dict.fromkeys([text, escaped, text.strip(), escaped.strip()]))
+    return list(dict.fromkeys([text, escaped, text.strip(), escaped.strip(), text.lstrip(), text.rstrip()]))
 
 
 def _short(text: str) -> str:

@@ -269,11 +269,6 @@ def _choose_style(tokenizer, probe: _Probe, tools) -> tuple[MessageStyle, str]:
         )
     if dropped_tools:
         raise TemplateError("chat template renders no tool messages (tool output is missing from its render)")
-    plain = [*probe.prompt(), {"role": "assistant", "content": probe.reply}]
-    try:
-        render(tokenizer, plain, tools)
-    except TemplateError as exc:
-        raise TemplateError(f"chat template cannot render a user/assistant exchange: {exc}") from None
     reason = failures[0].removeprefix("chat template failed to render the conversation: ")
     if not tools:
         schema = {"type": "function", "function": {"name": probe.names[0], "description": "", "parameters": {}}}
@@ -283,9 +278,14 @@ def _choose_style(tokenizer, probe: _Probe, tools) -> tuple[MessageStyle, str]:
             pass
         else:
             raise TemplateError(
-                "chat template needs tool schemas (tools) to render a tool conversation, and these rows render "
+                "chat template needs tool schemas (tools) to render a conversation, and these rows render "
                 f"without them ({reason})"
             )
+    plain = [*probe.prompt(), {"role": "assistant", "content": probe.reply}]
+    try:
+        render(tokenizer, plain, tools)
+    except TemplateError as exc:
+        raise TemplateError(f"chat template cannot render a user/assistant exchange: {exc}") from None
     raise TemplateError(
         f"chat template has no tool role: it cannot render a tool message after an assistant tool call ({reason})"
     )
