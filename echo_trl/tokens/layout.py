@@ -34,11 +34,11 @@ import numpy as np
 
 from ..errors import TemplateError
 from ..roles import Role, Trajectory
+from .special_text import neutralized, template_specials
 from .template_info import (
     AFTER_TOOL,
     AFTER_USER,
     CALL,
-    NEUTRAL,
     PLAIN,
     TemplateInfo,
     adapt_messages,
@@ -364,42 +364,6 @@ def _mark_tool(roles: np.ndarray, pieces: list[tuple[int, str]], start: tuple[in
     return pos
 
 
-def _neutralized(value, specials: tuple[str, ...]):
-    """``value`` (strings, lists, dicts) with each special token's text replaced by as many neutral characters."""
-    if isinstance(value, str):
-        for s in specials:
-            value = value.replace(s, NEUTRAL * len(s))
-        return value
-    if isinstance(value, dict):
-        return {k: _neutralized(v, specials) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_neutralized(v, specials) for v in value]
-    return value
-
-
-def _template_specials(
-    tokenizer, info: TemplateInfo, messages: list[dict], tools, text: str
-) -> tuple[list[tuple[int, int]], str]:
-    """Where the template itself put special tokens in ``text``, found in a render of the same conversation
-    whose special-token text is neutralized (same length; a template inserts it verbatim or JSON-escaped,
-    and JSON escapes neither)."""
-    neutral = render(tokenizer, _neutralized(messages, info.special_tokens), _neutralized(tools, info.special_tokens))
-    if len(neutral) != len(text):
-        raise TemplateError(
-            "chat template renders special-token text inside the conversation in a "
-            "length-changing way; cannot tell it from the template's own special tokens"
-        )
-    spans, taken = [], np.zeros(len(neutral) + 1, dtype=bool)
-    for s in info.special_tokens:  # longest first
-        at = neutral.find(s)
-        while at != -1:
-            if not taken[at : at + len(s)].any():
-                spans.append((at, at + len(s)))
-                taken[at : at + len(s)] = True
-            at = neutral.find(s, at + len(s))
-    return sorted(spans), neutral
-
-
 def _prompt_end(occ: Occurrences, prompt: list[dict]) -> int:
     """End of the last prompt message's content in the text (after the system prompt's), or 0 if not found."""
     pos = 0
@@ -439,12 +403,12 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
             ({**m, "content": contents[k - n_prompt]} if k - n_prompt in contents else m)
             for k, m in enumerate(messages)
         ]
-        result.template_specials, result.neutral_text = _template_specials(tokenizer, info, shown, tools, text)
+        result.template_specials, result.neutral_text = template_specials(tokenizer, info, shown, tools, text)
     occ = Occurrences(result.neutral_text or text)
     if result.neutral_text:  # search the conversation's own text as it stands in the neutral text
         prompt, completion_search = (
-            _neutralized(prompt, info.special_tokens),
-            _neutralized(completion, info.special_tokens),
+            neutralized(prompt, info.special_tokens),
+            neutralized(completion, info.special_tokens),
         )
     else:
         completion_search = completion
