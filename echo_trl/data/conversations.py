@@ -60,6 +60,8 @@ def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
         if not isinstance(fn.get("name"), str) or not fn["name"]:
             raise _fail("expected a non-empty tool name", f"{here}.function.name")
         calls.append(tool_call(fn["name"], tool_arguments(fn.get("arguments"), f"{here}.function.arguments")))
+        if isinstance(call.get("id"), str) and call["id"]:  # kept: templates that render call ids use it
+            calls[-1]["id"] = call["id"]
     return calls
 
 
@@ -75,8 +77,12 @@ def _message(value: Any, field: str) -> Message:
     message: Message = {"role": role, "content": _content(content, f"{field}.content")}
     if role == "tool" and isinstance(value.get("name"), str):
         message["name"] = value["name"]
+    if role == "tool" and isinstance(value.get("tool_call_id"), str):
+        message["tool_call_id"] = value["tool_call_id"]
     if role == "assistant" and value.get("tool_calls"):
         message["tool_calls"] = _tool_calls(value["tool_calls"], f"{field}.tool_calls")
+        if content is None:  # a tool-call turn recorded without content stays so
+            message["content"] = None
     return message
 
 

@@ -19,12 +19,17 @@ from datasets import Features, List, Value
 from ..errors import DatasetSchemaError, EpisodeError
 from ..roles import CHAT_ROLES, Trajectory
 
-TOOL_CALL_FEATURE = {"type": Value("string"), "function": {"name": Value("string"), "arguments": Value("string")}}
+TOOL_CALL_FEATURE = {
+    "type": Value("string"),
+    "function": {"name": Value("string"), "arguments": Value("string")},
+    "id": Value("string"),  # the call's id when recorded (some templates render it; absent ones are generated)
+}
 MESSAGE_FEATURE = {
     "role": Value("string"),
     "content": Value("string"),
     "name": Value("string"),
     "tool_calls": List(TOOL_CALL_FEATURE),
+    "tool_call_id": Value("string"),  # a tool message's call, when recorded
 }
 
 #: The ECHO trajectory schema (one row per episode).
@@ -63,8 +68,9 @@ def _message_to_row(message: dict[str, Any], field: str = "message") -> dict[str
     calls = message.get("tool_calls")
     return {
         "role": message["role"],
-        "content": message.get("content") or "",
+        "content": message.get("content") if calls else message.get("content") or "",  # None kept with calls
         "name": message.get("name"),
+        "tool_call_id": message.get("tool_call_id"),
         "tool_calls": None
         if not calls
         else [
@@ -76,6 +82,7 @@ def _message_to_row(message: dict[str, Any], field: str = "message") -> dict[str
                         c["function"].get("arguments") or {}, f"{field}.tool_calls[{j}].function.arguments"
                     ),
                 },
+                "id": c.get("id"),
             }
             for j, c in enumerate(calls)
         ],
@@ -89,9 +96,13 @@ def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[s
         )
     if not isinstance(message.get("content") or "", str):
         raise DatasetSchemaError(f"{field}.content: expected a string")
-    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    content = message.get("content")
+    none_kept = content is None and message.get("tool_calls")  # a tool-call turn recorded without content
+    out: dict[str, Any] = {"role": message["role"], "content": None if none_kept else content or ""}
     if message.get("name") is not None:
         out["name"] = message["name"]
+    if message.get("tool_call_id") is not None:
+        out["tool_call_id"] = message["tool_call_id"]
     if message.get("tool_calls"):
         out["tool_calls"] = [
             {
@@ -102,6 +113,7 @@ def _message_from_row(message: dict[str, Any], field: str = "message") -> dict[s
                         c["function"]["arguments"], f"{field}.tool_calls[{j}].function.arguments"
                     ),
                 },
+                **({"id": c["id"]} if c.get("id") is not None else {}),
             }
             for j, c in enumerate(message["tool_calls"])
         ]

@@ -32,7 +32,7 @@ from .tokenization import RoleTokens, tokenize_rows
 __all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
-LAYOUT_VERSION = "2"
+LAYOUT_VERSION = "3"
 
 IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
 #: The columns :func:`tokenize_dataset` adds.

@@ -1,20 +1,24 @@
 """Render a trajectory with the model's chat template and give every character a role.
 
-Template facts (generation prompt, end-of-turn markers, how tool content is inserted) are derived
-once per tokenizer from tiny probe conversations and kept, with everything else derived per
-tokenizer, in one :class:`TokenizerState` (see :func:`tokenizer_state`).
+Template facts (how messages must be shaped, where the model's prompt ends, which tokens end an
+assistant turn, how tool content is inserted) are derived once per tokenizer from probe renders
+(:mod:`echo_trl.tokens.template_info`) and kept, with everything else derived per tokenizer, in one
+:class:`TokenizerState` (see :func:`tokenizer_state`).
 
 Roles come from character spans in the rendered text:
 
-* ``env_output``: the characters of each tool message's content (where the template put them,
-  found with a probe render, so a tool output that also appears in the scaffolding is never
-  mistaken for it);
+* ``env_output``: the characters of each tool message's content (where the template put them, found
+  with a probe render, so a tool output that also appears in the scaffolding is never mistaken for it);
 * ``warning``: harness warnings, rendered after the tool output inside the same tool message;
-* ``action``: what the model generates for an assistant turn, from the end of the template's
-  generation prompt to the end-of-turn token inclusive;
-* ``observation``: the template's wrapper around tool messages (role headers,
-  ``<tool_response>`` tags) up to the next generation prompt;
+* ``action``: what the model generates for an assistant turn: from where its prompt ends (the template's
+  text after the previous message, up to and including what ``add_generation_prompt`` adds, as far as
+  the turn agrees with it) through the token that ends the turn (an EOS, ``<|call|>``, ``<|observation|>``
+  ...), found after the turn's last call or content;
+* ``observation``: the template's wrapper around tool messages (role headers, ``<tool_response>`` tags)
+  between an action's end and the next action's start;
 * ``context``: everything else (system prompt, tools, task, other scaffolding).
+
+Every role is then checked independently of this derivation by :mod:`echo_trl.tokens.audit`.
 """
 
 from __future__ import annotations
@@ -23,19 +27,28 @@ import json
 import re
 import secrets
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import TemplateError
-from ..roles import Role, Trajectory, tool_call
+from ..roles import Role, Trajectory
+from .special_text import neutralized, template_specials
+from .template_info import (
+    AFTER_TOOL,
+    AFTER_USER,
+    CALL,
+    PLAIN,
+    TemplateInfo,
+    adapt_messages,
+    derive_template_info,
+    escaped,
+    render,
+)
 
 #: How warnings are appended to a tool message's rendered text (never into its stored content).
 WARNING_SEPARATOR = "\n\n"
-
-#: Stands in for special-token text inside the conversation when locating the template's own special tokens.
-_NEUTRAL = "\ue000"
 
 
 def probe_format(*data: str) -> str:
@@ -46,23 +59,16 @@ def probe_format(*data: str) -> str:
             return tag + "_{}_"
 
 
-@dataclass(frozen=True)
-class TemplateInfo:
-    generation_prompt: str  # what add_generation_prompt appends: the assistant turn header
-    end_markers: tuple[str, ...]  # tokens that end a generated turn
-    tool_content: str | None  # "verbatim" | "escaped" when tool content is inserted as-is, else None
-    special_tokens: tuple[str, ...] = ()  # the tokenizer's special tokens, longest first
-
-
 @dataclass
 class TokenizerState:
-    """Everything derived once per tokenizer: template facts, whether splicing tool text into a probe
-    render reproduces the real render (checked once), and the preamble-caching encoder."""
+    """Everything derived once per tokenizer: template facts (with and without tool schemas), whether
+    splicing tool text into a probe render reproduces the real render (checked once), and the
+    preamble-caching encoder."""
 
     tokenizer: Any
-    template_key: str | None = None  # the chat template ``info`` and ``splice_ok`` were derived from
-    info: TemplateInfo | None = None
-    splice_ok: bool | None = None  # None: not checked yet
+    template_key: str | None = None  # the chat template ``infos`` and ``splice_ok`` were derived from
+    infos: dict[bool, TemplateInfo] = field(default_factory=dict)  # by "rendered with tool schemas"
+    splice_ok: dict[bool, bool] = field(default_factory=dict)  # absent: not checked yet
     encoder: Any = None  # tokenization's preamble-caching encoder, built on first use
 
 
@@ -77,85 +83,23 @@ def tokenizer_state(tokenizer) -> TokenizerState:
     template = getattr(tokenizer, "chat_template", None)
     key = template if isinstance(template, str) or template is None else json.dumps(template)
     if key != state.template_key:
-        state.template_key, state.info, state.splice_ok = key, None, None
+        state.template_key, state.infos, state.splice_ok = key, {}, {}
     return state
 
 
-def _render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
-    try:
-        return tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-    except Exception as exc:  # jinja raises many types; all mean "this template cannot render this"
-        raise TemplateError(f"chat template failed to render the conversation: {exc}") from exc
-
-
-def template_info(tokenizer) -> TemplateInfo:
-    """Generation prompt and end-of-turn markers of ``tokenizer``'s chat template."""
+def template_info(tokenizer, tools: list[dict] | None = None) -> TemplateInfo:
+    """The facts of ``tokenizer``'s chat template, probed with ``tools`` (cached per template and per
+    whether tool schemas are rendered)."""
     if not getattr(tokenizer, "chat_template", None):
         raise TemplateError(
             f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; ECHO renders each "
             "trajectory with the model's own template (set tokenizer.chat_template)"
         )
     state = tokenizer_state(tokenizer)
-    if state.info is None:
-        state.info = _derive_template_info(tokenizer)
-    return state.info
-
-
-def _derive_template_info(tokenizer) -> TemplateInfo:
-    convo = [{"role": "user", "content": "x"}]
-    plain = _render(tokenizer, convo, None)
-    with_gen = _render(tokenizer, convo, None, add_generation_prompt=True)
-    if not with_gen.startswith(plain) or len(with_gen) == len(plain):
-        raise TemplateError("chat template has no generation prompt (add_generation_prompt changes nothing)")
-    probe = probe_format().format("A")
-    text = _render(
-        tokenizer, [*convo, {"role": "assistant", "content": probe}, {"role": "user", "content": "y"}], None
-    )
-    after = text[text.index(probe) + len(probe) :]
-    specials = sorted(
-        {*tokenizer.all_special_tokens, *(t.content for t in tokenizer.added_tokens_decoder.values() if t.special)},
-        key=len,
-        reverse=True,
-    )
-    markers = {s for s in specials if after.startswith(s)}
-    if tokenizer.eos_token:
-        markers.add(tokenizer.eos_token)
-    if not markers:
-        raise TemplateError("cannot find the end-of-turn token of the chat template's assistant turns")
-    return TemplateInfo(
-        with_gen[len(plain) :],
-        tuple(sorted(markers, key=len, reverse=True)),
-        _tool_content_mode(tokenizer),
-        tuple(specials),
-    )
-
-
-def _tool_content_mode(tokenizer) -> str | None:
-    """How the template inserts tool content, if it does so independently of the value.
-
-    Two unlike contents are rendered; if both come out verbatim (or both JSON-escaped), a tool
-    message's text can be spliced into a probe render instead of rendering twice.
-    """
-    modes = set()
-    for content in (' A"b\n\\c\t ', '\n{"k": "v"}\n'):  # unlike, and both change when escaped
-        convo = [
-            {"role": "user", "content": "x"},
-            {"role": "assistant", "content": "", "tool_calls": [tool_call("f", {})]},
-            {"role": "tool", "name": "f", "content": content},
-        ]
-        try:
-            text = _render(tokenizer, convo, None)
-        except TemplateError:
-            return None
-        modes.add("verbatim" if content in text else "escaped" if _escaped(content) in text else None)
-    return modes.pop() if len(modes) == 1 else None
-
-
-def _escaped(s: str) -> str:
-    """``s`` as a chat template's ``tojson`` renders it, without the quotes."""
-    return json.dumps(s, ensure_ascii=False)[1:-1]
+    with_tools = bool(tools)
+    if with_tools not in state.infos:
+        state.infos[with_tools] = derive_template_info(tokenizer, tools or None)
+    return state.infos[with_tools]
 
 
 class Occurrences:
@@ -184,16 +128,15 @@ class Occurrences:
         k = bisect_left(at, start)
         return at[k] if k < len(at) else -1
 
-
-def _find_end(text: Occurrences, start: int, markers: tuple[str, ...]) -> int:
-    """End (exclusive) of the first end-of-turn marker at or after ``start``; len(text) if none."""
-    best = -1
-    best_end = len(text.text)
-    for m in markers:
-        i = text.find(m, start)
-        if i != -1 and (best == -1 or i < best):
-            best, best_end = i, i + len(m)
-    return best_end
+    def first_of(self, needles, start: int, end: int | None = None) -> tuple[int, int]:
+        """(start, end) of the first occurrence of any of ``needles`` (longest first at a tie) at or after
+        ``start`` and starting before ``end``; (-1, -1) if none."""
+        best = (-1, -1)
+        for n in needles:
+            i = self.find(n, start)
+            if i != -1 and (end is None or i < end) and (best[0] == -1 or i < best[0]):
+                best = (i, i + len(n))
+        return best
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,38 +151,44 @@ def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
     return pieces
 
 
+def _form(text: str, mode: str) -> str:
+    """``text`` as the template renders it under ``mode``."""
+    return escaped(text) if mode == "escaped" else text.strip() if mode == "stripped" else text
+
+
 def _splice(probe_text: str, probe: str, contents: dict[int, str], mode: str) -> str:
     """The probe render with each probe replaced by its tool content as the template renders it."""
     out, last = [], 0
     for i in sorted(contents):
         probe_i = probe.format(i)
         at = probe_text.find(probe_i, last)
-        out += [probe_text[last:at], _escaped(contents[i]) if mode == "escaped" else contents[i]]
+        out += [probe_text[last:at], _form(contents[i], mode)]
         last = at + len(probe_i)
     out.append(probe_text[last:])
     return "".join(out)
 
 
 def _render_tools(
-    tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str], probe: str
+    tokenizer, info: TemplateInfo, messages: list[dict], n_prompt: int, tools, contents: dict[int, str], probe: str
 ) -> tuple[str, str, dict[int, int]]:
     """(real render, probe render, where each probe is in it): the conversation with each tool message's
     text, and with a probe in its place. The real one is spliced from the probe render once that was checked
-    against a real render for this tokenizer (only templates that insert tool content as-is)."""
-    prompt, completion, tools = trajectory.prompt, trajectory.completion, trajectory.tools or None
-    probed = [
-        *prompt,
-        *[({**m, "content": probe.format(i)} if i in contents else m) for i, m in enumerate(completion)],
-    ]
-    probe_text = _render(tokenizer, probed, tools)
+    against a real render for this tokenizer (only templates that insert tool content independently of it)."""
+
+    def with_content(fill) -> list[dict]:
+        return [
+            ({**m, "content": fill(k - n_prompt)} if k - n_prompt in contents else m) for k, m in enumerate(messages)
+        ]
+
+    probe_text = render(tokenizer, with_content(probe.format), tools)
     at = _probe_positions(probe_text, probe, contents)
     state = tokenizer_state(tokenizer)
-    if info.tool_content and state.splice_ok:
+    key = bool(tools)
+    if info.tool_content and state.splice_ok.get(key):
         return _splice(probe_text, probe, contents, info.tool_content), probe_text, at
-    real = [*prompt, *[({**m, "content": contents[i]} if i in contents else m) for i, m in enumerate(completion)]]
-    text = _render(tokenizer, real, tools)
-    if info.tool_content and state.splice_ok is None:
-        state.splice_ok = _splice(probe_text, probe, contents, info.tool_content) == text
+    text = render(tokenizer, with_content(contents.__getitem__), tools)
+    if info.tool_content and key not in state.splice_ok:
+        state.splice_ok[key] = _splice(probe_text, probe, contents, info.tool_content) == text
     return text, probe_text, at
 
 
@@ -263,24 +212,23 @@ def _probe_positions(probe_text: str, probe: str, contents: dict[int, str]) -> d
 
 def _content_starts(
     info: TemplateInfo, text: str, probe_text: str, probe: str, probe_at: dict[int, int], contents: dict[int, str]
-) -> dict[int, tuple[int, bool]]:
-    """Where each tool message's text starts in ``text``, and whether the template JSON-escaped it."""
-    starts: dict[int, tuple[int, bool]] = {}
+) -> dict[int, tuple[int, str]]:
+    """Where each tool message's text starts in ``text``, and the form the template gave it."""
+    starts: dict[int, tuple[int, str]] = {}
     shift = 0
     for i in sorted(contents):
-        probe_i = probe.format(i)
         pos = probe_at[i] + shift
         full = contents[i]
-        # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"):
-        # trust the template's known mode, else prefer the escaped form when it differs.
-        forms = {"verbatim": [False], "escaped": [True]}.get(info.tool_content, [True, False])
-        matches = [esc for esc in forms if text.startswith(_escaped(full) if esc else full, pos)]
+        # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"): trust the
+        # template's known mode, else prefer the escaped form when it differs, then verbatim, then stripped.
+        modes = [info.tool_content] if info.tool_content else ["escaped", "verbatim", "stripped"]
+        matches = [mode for mode in modes if text.startswith(_form(full, mode), pos)]
         if not matches:
             raise TemplateError(
-                f"chat template alters the text of tool message {i} (neither verbatim nor JSON-escaped)"
+                f"chat template alters the text of tool message {i} (neither verbatim, JSON-escaped nor stripped)"
             )
         starts[i] = (pos, matches[0])
-        shift += len(_escaped(full) if matches[0] else full) - len(probe_i)
+        shift += len(_form(full, matches[0])) - len(probe.format(i))
     if len(probe_text) + shift != len(text):
         raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
     return starts
@@ -295,133 +243,240 @@ class Layout:
     text: str
     char_roles: np.ndarray  # int8 per character
     completion_start: int  # char where the first action begins
-    message_ends: list[int]  # per completion message: char after its turn's end marker
-    preamble_end: int  # end of the first turn (system + tools) when it ends in an end-of-turn token, else 0
+    message_ends: list[int]  # per completion message: char after its turn's end
+    preamble_end: int  # end of the first end-of-turn token before the completion (0 if none)
     #: Char spans of the special tokens the template itself rendered, when the conversation also holds
     #: special-token text (which must stay text); None when it holds none (the text is tokenized whole).
     template_specials: list[tuple[int, int]] | None = None
     neutral_text: str = ""  # ``text`` with that special-token text replaced (same length), when it has some
+    completion: list[dict] = field(default_factory=list)  # the completion messages as rendered (shaped)
+    prompt: list[dict] = field(default_factory=list)  # the prompt messages as rendered (shaped)
+    warnings: list[list[str]] = field(default_factory=list)  # per completion message
+    actions: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # message -> (start, end, after)
+    tool_forms: dict[int, str] = field(default_factory=dict)  # tool message -> how its content was rendered
+    info: TemplateInfo | None = None
 
 
-def _mark_action(
-    occ: Occurrences, roles: np.ndarray, info: TemplateInfo, message: dict, i: int, cursor: int
-) -> tuple[int, int]:
-    """Mark assistant message ``i``'s generated characters; (where they start, where its turn ends)."""
-    text = occ.text
-    head = occ.find(info.generation_prompt, cursor)
-    if head == -1:
-        raise TemplateError(f"cannot find the assistant turn of completion message {i} in the rendered text")
-    start = head + len(info.generation_prompt)
-    end = _find_end(occ, start, info.end_markers)
+def _value_forms(value: Any) -> list[str]:
+    """How a template may render one argument value."""
+    if isinstance(value, str):  # as is, JSON-escaped, quotes backslash-escaped (Python-style calls)
+        return (
+            list(dict.fromkeys([value, escaped(value), value.replace("\\", "\\\\").replace("'", "\\'")]))
+            if value
+            else []
+        )
+    try:
+        dumped = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return [str(value)]
+    return list(dict.fromkeys([dumped, str(value), json.dumps(value)]))
+
+
+def payload_pieces(message: dict) -> list[tuple[list[str], bool]]:
+    """The text an assistant message contributes, in render order: (forms, required) per piece: its content,
+    then per tool call its name and each argument value (or its arguments text, when given as text)."""
+    pieces: list[tuple[list[str], bool]] = []
+    content = message.get("content")
+    if isinstance(content, str) and content.strip():
+        pieces.append(([content.strip(), escaped(content.strip())], False))
     for call in message.get("tool_calls") or []:
-        if call["function"]["name"] not in text[start:end]:
-            raise TemplateError(
-                "chat template does not render assistant tool_calls (no tool-calling support?): "
-                f"{call['function']['name']!r} missing from completion message {i}"
-            )
-    roles[start:end] = Role.ACTION.code
+        fn = call.get("function", call)
+        pieces.append(([fn["name"]], True))
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            pieces.append(([args, escaped(args)], False))
+        elif isinstance(args, dict):
+            pieces += [(_value_forms(v), False) for v in args.values() if _value_forms(v)]
+    return pieces
+
+
+def _payload_span(occ: Occurrences, message: dict, i: int, start: int, end: int) -> tuple[int, int]:
+    """(first, last) character of assistant message ``i``'s payload in ``[start, end)``, searched in render
+    order; an error when a tool call's name is not there."""
+    first, pos = -1, start
+    for forms, required in payload_pieces(message):
+        hits = [(at, at + len(f)) for f in forms if f and (at := occ.find(f, pos)) != -1 and at + len(f) <= end]
+        if not hits:
+            if required:
+                raise TemplateError(
+                    "chat template does not render assistant tool_calls (no tool-calling support?): "
+                    f"{forms[0]!r} missing from completion message {i}"
+                )
+            continue
+        at, pos = min(hits)
+        first = at if first == -1 else first
+    return (first if first != -1 else start), pos
+
+
+def _action_span(
+    occ: Occurrences, info: TemplateInfo, message: dict, i: int, after: str, anchor: int, limit: int, last: bool
+) -> tuple[int, int]:
+    """(start, end) of assistant message ``i``'s action: from where its prompt ends (the template's key for
+    the kind of message before it, searched from ``anchor``, the end of that message's content) through the
+    end-of-turn token after its last payload; ``limit`` is where the next message's content starts."""
+    shape = CALL if message.get("tool_calls") else PLAIN
+    which = (after, shape) if (after, shape) in info.keys else (after, CALL)
+    key = info.keys[which]
+    if info.key_has_special[which]:
+        at = occ.find(key, anchor)
+        if at == -1 or at >= limit:
+            raise TemplateError(f"cannot find where the model's turn begins for completion message {i}")
+        start = at + len(key)
+    elif occ.text.startswith(key, anchor):
+        start = anchor + len(key)
+    else:
+        raise TemplateError(f"cannot find where the model's turn begins for completion message {i}")
+    _, payload_end = _payload_span(occ, message, i, start, limit)
+    at, end = occ.first_of(info.stops, payload_end, limit)
+    if at == -1:
+        if not last:
+            raise TemplateError(f"cannot find the end-of-turn token of completion message {i}")
+        return start, limit  # a final turn the template leaves open
+    # The turn ends at the last end-of-turn token of the special tokens that directly follow its first one.
+    pos = end
+    while True:
+        nxt = next((s for s in info.special_tokens if occ.text.startswith(s, pos)), None)
+        if nxt is None or pos + len(nxt) > limit:
+            break
+        pos += len(nxt)
+        if nxt in info.stops:
+            end = pos
     return start, end
 
 
-def _mark_tool(
-    occ: Occurrences,
-    roles: np.ndarray,
-    info: TemplateInfo,
-    pieces: list[tuple[int, str]],
-    start: tuple[int, bool],
-    cursor: int,
-) -> int:
-    """Mark a tool message's output and warnings, and its wrapper as observation; where its turn ends."""
-    pos, escaped = start
+def _mark_tool(roles: np.ndarray, pieces: list[tuple[int, str]], start: tuple[int, str]) -> int:
+    """Mark a tool message's output and warnings where the template put them; where its text ends."""
+    pos, mode = start
+    full = "".join(p for _, p in pieces)
+    if mode == "stripped":
+        lead, kept = len(full) - len(full.lstrip()), len(full.strip())
+        offset = 0
+        for code, piece in pieces:
+            a, b = max(offset, lead), min(offset + len(piece), lead + kept)
+            if b > a:
+                roles[pos + a - lead : pos + b - lead] = code
+            offset += len(piece)
+        return pos + kept
     for code, piece in pieces:
-        n = len(_escaped(piece) if escaped else piece)
+        n = len(_form(piece, mode))
         roles[pos : pos + n] = code
         pos += n
-    nxt = occ.find(info.generation_prompt, pos)
-    window = roles[cursor : len(occ.text) if nxt == -1 else nxt]
-    window[window == Role.CONTEXT.code] = Role.OBSERVATION.code
-    return _find_end(occ, pos, info.end_markers)
+    return pos
 
 
-def _neutralized(value, specials: tuple[str, ...]):
-    """``value`` (strings, lists, dicts) with each special token's text replaced by as many neutral characters."""
-    if isinstance(value, str):
-        for s in specials:
-            value = value.replace(s, _NEUTRAL * len(s))
-        return value
-    if isinstance(value, dict):
-        return {k: _neutralized(v, specials) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_neutralized(v, specials) for v in value]
-    return value
-
-
-def _template_specials(
-    tokenizer, info: TemplateInfo, trajectory: Trajectory, contents: dict[int, str], text: str
-) -> tuple[list[tuple[int, int]], str]:
-    """Where the template itself put special tokens in ``text``, found in a render of the same conversation
-    whose special-token text is neutralized (same length; a template inserts it verbatim or JSON-escaped,
-    and JSON escapes neither)."""
-    real = [
-        *trajectory.prompt,
-        *[({**m, "content": contents[i]} if i in contents else m) for i, m in enumerate(trajectory.completion)],
-    ]
-    neutral = _render(
-        tokenizer, _neutralized(real, info.special_tokens), _neutralized(trajectory.tools, info.special_tokens) or None
-    )
-    if len(neutral) != len(text):
-        raise TemplateError(
-            "chat template renders special-token text inside the conversation in a "
-            "length-changing way; cannot tell it from the template's own special tokens"
-        )
-    spans, taken = [], np.zeros(len(neutral) + 1, dtype=bool)
-    for s in info.special_tokens:  # longest first
-        at = neutral.find(s)
-        while at != -1:
-            if not taken[at : at + len(s)].any():
-                spans.append((at, at + len(s)))
-                taken[at : at + len(s)] = True
-            at = neutral.find(s, at + len(s))
-    return sorted(spans), neutral
+def _prompt_end(occ: Occurrences, prompt: list[dict]) -> int:
+    """End of the last prompt message's content in the text (after the system prompt's), or 0 if not found."""
+    pos = 0
+    for m in prompt:
+        content = m.get("content")
+        if isinstance(content, str) and content.strip():
+            at = occ.find(content.strip(), pos)
+            if at != -1:
+                pos = at + len(content.strip())
+    return pos
 
 
 def layout(tokenizer, trajectory: Trajectory) -> Layout:
     """Render ``trajectory`` and give every character of the rendered text a role."""
-    info = template_info(tokenizer)
-    completion = trajectory.completion
+    tools = trajectory.tools or None
+    info = template_info(tokenizer, tools)
+    messages = adapt_messages([*trajectory.prompt, *trajectory.completion], info.style)
+    n_prompt = len(trajectory.prompt)
+    prompt, completion = messages[:n_prompt], messages[n_prompt:]
     pieces = {
         i: _tool_pieces(m.get("content") or "", trajectory.warnings[i])
         for i, m in enumerate(completion)
         if m["role"] == "tool"
     }
     contents = {i: "".join(p for _, p in pieces[i]) for i in pieces}
-    data = json.dumps(
-        [trajectory.prompt, completion, trajectory.tools, trajectory.warnings], ensure_ascii=False, default=str
-    )
+    data = json.dumps([messages, trajectory.tools, trajectory.warnings], ensure_ascii=False, default=str)
     if pieces:
         probe = probe_format(data)
-        text, probe_text, probe_at = _render_tools(tokenizer, info, trajectory, contents, probe)
+        text, probe_text, probe_at = _render_tools(tokenizer, info, messages, n_prompt, tools, contents, probe)
         starts = _content_starts(info, text, probe_text, probe, probe_at, contents)
     else:
-        text, starts = _render(tokenizer, [*trajectory.prompt, *completion], trajectory.tools or None), {}
-    roles = np.zeros(len(text), dtype=np.int8)
-    occ = Occurrences(text)
-    cursor, completion_start, ends = 0, None, []
-    for i, m in enumerate(completion):
-        if m["role"] == "assistant":
-            start, cursor = _mark_action(occ, roles, info, m, i, cursor)
-            completion_start = start if completion_start is None else completion_start
-        elif i in starts:
-            cursor = _mark_tool(occ, roles, info, pieces[i], starts[i], cursor)
-        else:  # other roles in a completion (e.g. a user follow-up) are context; skip their turn
-            cursor = _find_end(occ, cursor, info.end_markers)
-        ends.append(cursor)
-    if completion_start is None:
-        completion_start = len(text)
-    # Everything before the first action is the prompt, including the generation prompt.
-    roles[:completion_start][roles[:completion_start] == Role.OBSERVATION.code] = Role.CONTEXT.code
-    first_end = _find_end(occ, 0, info.end_markers)
-    result = Layout(text, roles, completion_start, ends, first_end if first_end < completion_start else 0)
+        text, starts = render(tokenizer, messages, tools), {}
+    result = Layout(text, np.zeros(len(text), dtype=np.int8), len(text), [], 0, prompt=prompt, completion=completion)
+    result.info, result.warnings = info, trajectory.warnings
     if any(s in data for s in info.special_tokens):
-        result.template_specials, result.neutral_text = _template_specials(tokenizer, info, trajectory, contents, text)
+        shown = [
+            ({**m, "content": contents[k - n_prompt]} if k - n_prompt in contents else m)
+            for k, m in enumerate(messages)
+        ]
+        result.template_specials, result.neutral_text = template_specials(tokenizer, info, shown, tools, text)
+    occ = Occurrences(result.neutral_text or text)
+    if result.neutral_text:  # search the conversation's own text as it stands in the neutral text
+        prompt, completion_search = (
+            neutralized(prompt, info.special_tokens),
+            neutralized(completion, info.special_tokens),
+        )
+    else:
+        completion_search = completion
+    roles = result.char_roles
+    content_ends = {i: _mark_tool(roles, pieces[i], starts[i]) for i in starts}
+    result.tool_forms = {i: mode for i, (_, mode) in starts.items()}
+    next_content, limit = [len(text)] * len(completion), len(text)
+    for i in range(len(completion) - 1, -1, -1):
+        next_content[i] = limit
+        limit = starts[i][0] if i in starts else limit
+    anchor, after = _prompt_end(occ, prompt), AFTER_USER
+    for i, m in enumerate(completion_search):
+        if m["role"] == "assistant":
+            last = i == len(completion) - 1
+            start, end = _action_span(occ, info, m, i, after, anchor, next_content[i], last)
+            roles[start:end] = Role.ACTION.code
+            result.actions[i] = (start, end, after)
+            anchor, after = end, AFTER_USER
+        elif i in starts:
+            anchor, after = content_ends[i], AFTER_TOOL
+        else:  # other roles in a completion (e.g. a user follow-up) are context
+            content = (m.get("content") or "").strip()
+            at = occ.find(content, anchor) if content else -1
+            anchor, after = (at + len(content) if at != -1 and at < next_content[i] else anchor), AFTER_USER
+    _finish(result, occ, starts, content_ends)
     return result
+
+
+def _generation_prompt_before(text: str, end: int, prompt: str) -> int:
+    """How many characters before ``end`` are the generation prompt (or, where the turn diverges from it
+    inside, the part of it the turn shares): the next assistant's header, not the tool message's wrapper."""
+    for m in range(min(len(prompt), end), 0, -1):
+        if text.startswith(prompt[:m], end - m):
+            return m
+    return 0
+
+
+def _finish(
+    result: Layout, occ: Occurrences, starts: dict[int, tuple[int, str]], content_ends: dict[int, int]
+) -> None:
+    """Observation spans, message ends, where the completion starts and the preamble ends."""
+    text, roles, info = result.text, result.char_roles, result.info
+    spans = sorted((s, e) for s, e, _ in result.actions.values())
+    action_starts = [s for s, _ in spans]
+    if spans:
+        result.completion_start = spans[0][0]
+    for i in starts:  # the template's wrapper around a tool message: between the actions around it
+        k = bisect_left(action_starts, starts[i][0])
+        lo = spans[k - 1][1] if k else result.completion_start
+        hi = action_starts[k] if k < len(spans) else len(text)
+        hi -= _generation_prompt_before(text, hi, info.generation_prompts[AFTER_TOOL])
+        window = roles[lo:hi]
+        window[window == Role.CONTEXT.code] = Role.OBSERVATION.code
+    roles[: result.completion_start][roles[: result.completion_start] == Role.OBSERVATION.code] = Role.CONTEXT.code
+    ends, last = [], result.completion_start
+    for i in range(len(result.completion)):
+        if i in result.actions:
+            end = result.actions[i][1]
+        else:  # a tool or other message ends after the first end-of-turn (else added) token past its content
+            base = content_ends.get(i, last)
+            k = bisect_left(action_starts, base)
+            limit = action_starts[k] if k < len(action_starts) else len(text)
+            at, end = occ.first_of(info.stops, base, limit)
+            if at == -1:
+                at, end = occ.first_of(info.added_tokens, base, limit)
+            end = end if at != -1 else limit
+        last = max(last, end)
+        ends.append(last)
+    result.message_ends = ends
+    at, end = occ.first_of(info.stops, 0, result.completion_start)
+    result.preamble_end = end if at != -1 and end <= result.completion_start else 0

@@ -29,11 +29,13 @@ import numpy as np
 from ..data.schema import row_to_trajectory
 from ..errors import EchoTrlError, TemplateError
 from ..roles import Role, Trajectory
+from .audit import RoleAuditError, audit_roles
 from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from .world_mask import target_codes, world_mask
 
 __all__ = [
     "WARNING_SEPARATOR",
+    "RoleAuditError",
     "RoleTokens",
     "TruncationError",
     "annotate_roles",
@@ -242,14 +244,17 @@ def tokenize_with_roles(
     *,
     max_length: int | None = None,
     world_loss_target: str = "env_only",
+    audit: bool = True,
 ) -> RoleTokens:
     """Token ids of a trajectory (dataset row or :class:`Trajectory`) with per-token roles.
 
     ``max_length`` cuts at the end of a completion message (never inside one), keeping masks
     aligned; what was cut is reported in ``truncated_tokens`` / ``truncated_messages``.
-    Raises :class:`TruncationError` if even the prompt does not fit.
+    Raises :class:`TruncationError` if even the prompt does not fit. ``audit`` (on by default) checks the
+    roles against the messages (:mod:`echo_trl.tokens.audit`) and raises :class:`RoleAuditError` on a
+    mismatch.
     """
-    return tokenize_batch(tokenizer, [row], max_length=max_length, world_loss_target=world_loss_target)[0]
+    return tokenize_batch(tokenizer, [row], max_length=max_length, world_loss_target=world_loss_target, audit=audit)[0]
 
 
 def tokenize_batch(
@@ -258,6 +263,7 @@ def tokenize_batch(
     *,
     max_length: int | None = None,
     world_loss_target: str = "env_only",
+    audit: bool = True,
 ) -> list[RoleTokens]:
     """:func:`tokenize_with_roles` for many trajectories: one batched (parallel, Rust) encode."""
     target_codes(world_loss_target)  # validate early
@@ -273,7 +279,7 @@ def tokenize_batch(
     for lay in layouts:
         if lay.template_specials is not None:
             encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
-    return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target) for lay in layouts]
+    return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target, audit) for lay in layouts]
 
 
 def tokenize_rows(
@@ -283,23 +289,39 @@ def tokenize_rows(
     *,
     max_length: int | None = None,
     label: Callable[[int, dict[str, Any]], str] | None = None,
+    audit: bool = True,
 ) -> list[RoleTokens]:
     """:func:`tokenize_batch`, and on failure the same error naming the row that fails (``row N``, or
     ``label(index, row)``): found by retrying row by row, so the batched encode stays the fast path."""
     try:
-        return tokenize_batch(tokenizer, rows, max_length=max_length)
+        return tokenize_batch(tokenizer, rows, max_length=max_length, audit=audit)
     except EchoTrlError:
         for index, row in zip(indices, rows, strict=True):
             try:
-                tokenize_batch(tokenizer, [row], max_length=max_length)
+                tokenize_batch(tokenizer, [row], max_length=max_length, audit=audit)
             except EchoTrlError as exc:
                 raise type(exc)(f"{label(index, row) if label else f'row {index}'}: {exc}") from None
         raise
 
 
-def _assign(lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str) -> RoleTokens:
+def _assign(
+    lay: Layout, ids: list[int], starts: np.ndarray, max_length: int | None, target: str, audit: bool = True
+) -> RoleTokens:
     n_chars = len(lay.text)
     token_roles = lay.char_roles[np.minimum(starts, max(n_chars - 1, 0))] if n_chars else np.zeros(0, np.int8)
+    if audit:
+        prompts = lay.info.generation_prompts
+        info = lay.info
+        audit_roles(
+            lay.text,
+            starts,
+            token_roles,
+            lay.completion,
+            lay.warnings,
+            prompts,
+            info.special_tokens,
+            info.added_tokens,
+        )
     prompt_length = int(np.searchsorted(starts, lay.completion_start, side="left"))
     ends = [int(np.searchsorted(starts, e, side="left")) for e in lay.message_ends]
     spans = [(prompt_length if k == 0 else ends[k - 1], ends[k]) for k in range(len(ends))]

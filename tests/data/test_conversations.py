@@ -35,9 +35,13 @@ def test_openenv_collect_output_roles_from_message_roles():
         m["content"] for m in raw if m["role"] == "tool"
     ]
     assert t.completion[0]["tool_calls"] == [
-        {"type": "function", "function": {"name": "find_member", "arguments": {"card": "2001-0042"}}}
-    ]  # JSON-string arguments parsed
-    assert t.completion[3]["name"] == "list_loans" and "tool_call_id" not in t.completion[3]
+        {
+            "type": "function",
+            "function": {"name": "find_member", "arguments": {"card": "2001-0042"}},
+            "id": "call_0_2_0",
+        }
+    ]  # JSON-string arguments parsed, the recorded call id kept
+    assert t.completion[3]["name"] == "list_loans" and t.completion[3]["tool_call_id"] == "call_0_4_0"
     assert t.completion[-1] == {"role": "assistant", "content": "Card 2001-0042 has 2 loans."}
     assert [x.reward for x in trajs] == [1.0, 0.0]
     assert {(x.scenario, x.task_idx, x.group_id) for x in trajs} == {("library_1", 3, "library_1/3")}
@@ -89,7 +93,7 @@ def test_content_parts_tools_and_structured_tool_output():
             "tools": [{"name": "f", "description": "F.", "inputSchema": {}}],
         }
     )
-    assert t.prompt[0]["content"] == "ab" and t.completion[0]["content"] == ""
+    assert t.prompt[0]["content"] == "ab" and t.completion[0]["content"] is None  # a call turn's None kept
     assert json.loads(t.completion[1]["content"]) == {"v": 2}
     assert t.tools[0]["function"]["name"] == "f"
     assert is_conversation({"messages": []}) and not is_conversation({"messages": [], "steps": []})

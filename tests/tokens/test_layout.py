@@ -66,8 +66,8 @@ class CountingStr(str):
 def test_layout_scans_the_text_a_bounded_number_of_times(family, monkeypatch):
     """Searching from the start (or to the end) once per message made a 4,000-step layout quadratic."""
     tok = tiny_tokenizer(family)
-    render = layout_module._render
-    monkeypatch.setattr(layout_module, "_render", lambda *a, **k: CountingStr(render(*a, **k)))
+    render = layout_module.render
+    monkeypatch.setattr(layout_module, "render", lambda *a, **k: CountingStr(render(*a, **k)))
     ratios = []
     for steps in (250, 2000):
         CountingStr.scanned = 0

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from echo_trl.data.records import load_awm_episodes
 from echo_trl.errors import TemplateError
-from echo_trl.roles import Role
+from echo_trl.roles import Role, Trajectory
 from echo_trl.tokens.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles
 
 ACTION, ENV_OUTPUT, WARNING = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.WARNING.code
@@ -147,10 +147,10 @@ def test_template_problems_are_clear_errors():
         "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
     )
-    with pytest.raises(TemplateError, match="does not render assistant tool_calls"):
+    with pytest.raises(TemplateError, match="renders no assistant tool_calls"):
         tokenize_with_roles(tok, make_trajectory(["x"]))
     tok.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
-    with pytest.raises(TemplateError, match="no generation prompt"):
+    with pytest.raises(TemplateError, match="renders no assistant tool_calls"):
         tokenize_with_roles(tok, make_trajectory(["x"]))
 
 
@@ -299,3 +299,56 @@ def test_a_4000_step_episode_is_the_whole_text_tokenized_once(family):
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
     cut = rt.truncate(spans[1999][1])  # a cut at a message end of a long episode keeps masks aligned
     assert cut.truncated_messages == 6000 and cut.input_ids == rt.input_ids[: spans[1999][1]]
+
+
+# --------------------------------------------------------------------------------------------
+# Message shapes a template needs: recorded call ids kept, generated where a template demands them
+
+
+def _with_recorded_ids(t: Trajectory, ids: list[str]) -> Trajectory:
+    k = 0
+    for m in t.completion:
+        if m.get("tool_calls"):
+            m["tool_calls"][0]["id"] = ids[k]
+            m["content"] = None  # recorded without content (the OpenAI format)
+        elif m["role"] == "tool":
+            m["tool_call_id"] = ids[k]
+            k += 1
+    return t
+
+
+def test_recorded_call_ids_and_none_content_survive_the_dataset_and_reach_the_template():
+    from echo_trl.data.dataset import row_to_trajectory, trajectory_to_row
+    from helpers.families import family_tokenizer
+
+    recorded = _with_recorded_ids(make_trajectory(["one", "two"]), ["callAAAAA", "callBBBBB"])
+    back = row_to_trajectory(trajectory_to_row(recorded))
+    assert back.completion == recorded.completion  # ids, tool_call_id and None content kept
+    nemo = tokenize_with_roles(family_tokenizer("mistral_nemo"), back)  # demands 9-character ids
+    assert nemo.text.count('"id": "callAAAAA"') == 1 and '"call_id": "callBBBBB"' in nemo.text
+    kimi = tokenize_with_roles(family_tokenizer("kimi_k2"), back)  # renders the tool message's call id
+    assert "## Return of callAAAAA" in kimi.text and "## Return of callBBBBB" in kimi.text
+
+
+def test_call_ids_are_generated_only_where_a_template_demands_them():
+    from helpers.families import family_tokenizer
+
+    t = make_trajectory(["one", "two"])
+    nemo = tokenize_with_roles(family_tokenizer("mistral_nemo"), t)
+    assert '"id": "000000001"' in nemo.text and '"call_id": "000000002"' in nemo.text
+    kimi = tokenize_with_roles(family_tokenizer("kimi_k2"), t)  # renders ids it is given, demands none
+    assert "000000001" not in kimi.text
+    assert all("id" not in m.get("tool_calls", [{}])[0] for m in t.completion)  # the trajectory is untouched
+
+
+def test_arguments_reach_the_template_as_it_expects_them():
+    """DeepSeek-V3's original template concatenates arguments as text; the training variant takes a dict."""
+    from helpers.families import family_tokenizer
+
+    t = make_trajectory(["one"], args={0: {"q": "pens"}})
+    for family in ("deepseekv3", "deepseekv3_training"):
+        rt = tokenize_with_roles(family_tokenizer(family), t)
+        assert '{"q": "pens"}' in rt.text
+    as_text = make_trajectory(["one"], args={0: '{"q": "pens"}'})
+    rt = tokenize_with_roles(family_tokenizer("qwen3"), as_text)  # Qwen's template wants a dict: parsed
+    assert rt.text == tokenize_with_roles(family_tokenizer("qwen3"), t).text
