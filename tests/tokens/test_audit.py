@@ -85,7 +85,7 @@ def _fresh_qwen():
 
 
 def _row(t: Trajectory) -> dict:
-    from echo_trl.data.dataset import trajectory_to_row
+    from echo_trl.data.schema import trajectory_to_row
 
     return trajectory_to_row(t)
 

@@ -301,7 +301,7 @@ def test_refused_in_one_line_saying_what_it_lacks(family):
 @pytest.fixture(scope="module")
 def bundled_rows(tmp_path_factory):
     """Four bundled AWM episodes (two tasks) in each dataset format."""
-    from echo_trl.data.dataset import build_awm_dataset
+    from echo_trl.data.build import build_awm_dataset
 
     rows = {}
     for fmt in ("chat-template", "awm-agent"):
@@ -339,7 +339,7 @@ def test_bundled_episodes_are_exact(family, fmt, bundled_rows):
 
 @pytest.mark.parametrize("family", TRAINED)
 def test_two_offline_steps_train(family, tmp_path):
-    from echo_trl.data.dataset import trajectories_to_dataset
+    from echo_trl.data.build import trajectories_to_dataset
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from echo_trl.config import EchoGRPOConfig

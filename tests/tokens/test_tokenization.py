@@ -318,7 +318,7 @@ def _with_recorded_ids(t: Trajectory, ids: list[str]) -> Trajectory:
 
 
 def test_recorded_call_ids_and_none_content_survive_the_dataset_and_reach_the_template():
-    from echo_trl.data.dataset import row_to_trajectory, trajectory_to_row
+    from echo_trl.data.schema import row_to_trajectory, trajectory_to_row
     from helpers.families import family_tokenizer
 
     recorded = _with_recorded_ids(make_trajectory(["one", "two"]), ["callAAAAA", "callBBBBB"])
