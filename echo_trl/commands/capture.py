@@ -203,11 +203,13 @@ def main(argv: list[str]) -> int:
                 rewards.setdefault(k, []).append(record["reward"])
         timings = dict(runtime.timings)
         containment = runtime.containment
+        database = runtime.build_report.summary() if runtime.build_report is not None else "-"
     elapsed = time.perf_counter() - t0
     loop = time.perf_counter() - t_ready
     lines = [
         f"scenario: {scenario.name}",
         f"source: {source!r} ({json.dumps(scenario.sources)})",
+        f"database: {database}",
         f"policy: {args.policy}",
         f"tasks: {tasks}",
         f"episodes: {len(jobs)} ({_per_task(jobs)} per task)",
