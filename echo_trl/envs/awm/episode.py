@@ -50,8 +50,8 @@ from .scenario import Scenario
 from .server import ScenarioServer
 from .verifier import Judge, RewardConfig, VerifyOutcome, run_verifier
 
-#: What a step after the end of the episode answers (upstream's text).
-ENDED = "Episode has ended. Call reset() to start a new episode."
+#: What a step after the end of the episode answers.
+ENDED = "the episode has ended; start a new episode"
 
 
 def remove_stale_dirs() -> list[str]:

@@ -309,7 +309,7 @@ def _probe(attack, name: str) -> dict:
 def _blocked(attack, name: str) -> str:
     """The probe's own report (the 400 detail): it must say it did not escape; returns its error."""
     obs = _probe(attack, name)
-    assert obs["reward_type"] == "tool_error" and "Response: " in obs["error"], obs
+    assert "tool_result" not in obs and "Response: " in obs["error"], obs  # an HTTP error answer
     report = json.loads(json.loads(obs["error"].split("Response: ", 1)[1])["detail"])
     assert report["escaped"] is False, report
     return report["error"]
