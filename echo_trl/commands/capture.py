@@ -203,11 +203,13 @@ def main(argv: list[str]) -> int:
                 rewards.setdefault(k, []).append(record["reward"])
         timings = dict(runtime.timings)
         containment = runtime.containment
+        database = runtime.build_report.summary() if runtime.build_report is not None else "-"
     elapsed = time.perf_counter() - t0
     loop = time.perf_counter() - t_ready
     lines = [
         f"scenario: {scenario.name}",
         f"source: {source!r} ({json.dumps(scenario.sources)})",
+        f"database: {database}",
         f"policy: {args.policy}",
         f"tasks: {tasks}",
         f"episodes: {len(jobs)} ({_per_task(jobs)} per task)",
@@ -272,11 +274,15 @@ def _per_task(jobs: list[tuple[int, int]]) -> str:
 def _replay_check(record: dict, task_idx: int, index: int) -> list[tuple[int, int, str]]:
     """(same, steps, log line) for a replayed recording: each step's observation equal to the recorded one?"""
     steps = [*record["steps"], *([record["verification"]] if "verification" in record else [])]
-    marks = [s["replay_match"] for s in steps if "replay_match" in s]
+    checked = [s for s in steps if "replay_match" in s]
+    marks = [s["replay_match"] for s in checked]
     if not marks:
         return []
     source = next((n[len("replay ") :] for n in record["metadata"].get("notes", []) if n.startswith("replay ")), "?")
-    per_step = " ".join(f"{n}:{'same' if m else 'DIFFERENT'}" for n, m in enumerate(marks, 1))
+    per_step = " ".join(
+        f"{n}:same" if s["replay_match"] else f"{n}:DIFFERENT({'; '.join(s.get('replay_diff', []))})"
+        for n, s in enumerate(checked, 1)
+    )
     return [
         (
             sum(marks),
@@ -291,7 +297,8 @@ def _replay_lines(checks: list[tuple[int, int, str]]) -> list[str]:
         return []
     same, total = sum(c[0] for c in checks), sum(c[1] for c in checks)
     return [c[2] for c in checks] + [
-        f"replay check total: {same}/{total} live observations equal the recorded ones (timestamps normalised)"
+        f"replay check total: {same}/{total} live observations equal the recorded ones "
+        "(text with timestamps normalised, reward type, reward)"
     ]
 
 

@@ -490,7 +490,7 @@ time.sleep(600)
 
 def report_of(obs: dict) -> str:
     """A probe's own report (the 400 detail): it must say it did not escape; returns its error text."""
-    assert obs["reward_type"] == "tool_error" and "Response: " in obs["error"], obs
+    assert "tool_result" not in obs and "Response: " in obs["error"], obs  # an HTTP error answer
     report = json.loads(json.loads(obs["error"].split("Response: ", 1)[1])["detail"])
     assert report["escaped"] is False, report
     return report["error"]

@@ -265,6 +265,29 @@ def test_generated_files_match_their_sources():
         assert (DATA / fname).read_text() == text, f"{fname} is stale: run python data/awm_scenarios/src/build.py"
 
 
+def official_server_rewrite(code: str, db: str) -> str:
+    """What the official AWM server (``awm env start``) and OpenEnv's ``agent_world_model_env`` do to
+    ``full_code`` before running it: every line holding ``create_engine(`` becomes a one-line call to
+    their database (the rest of the line dropped). Re-stated here from their documented behaviour."""
+    call = f"create_engine('sqlite:///{db}', connect_args={{'check_same_thread': False}})"
+    return "\n".join(
+        line.split("create_engine(")[0] + call if "create_engine(" in line else line for line in code.split("\n")
+    )
+
+
+def test_the_app_survives_the_official_servers_rewrite():
+    """Both official servers start the app after that rewrite: a ``create_engine(`` call spread over
+    lines leaves its continuation lines behind, an IndentationError."""
+    code = scenario_row("gen_envs.jsonl")["full_code"]
+    calls = [line for line in code.split("\n") if "create_engine(" in line]
+    assert len(calls) == 1 and calls[0].startswith("engine = create_engine(") and calls[0].endswith(")")
+    rewritten = official_server_rewrite(code, "/tmp/library_1.db")
+    compile(rewritten, "library_1 full_code, rewritten", "exec")
+    assert "engine = create_engine('sqlite:////tmp/library_1.db'" in rewritten
+    with pytest.raises(SyntaxError):  # the property matters: the spread-out form does not survive it
+        compile(official_server_rewrite("engine = create_engine(\n    url, echo=False\n)\n", "x"), "spread", "exec")
+
+
 def test_samples_are_deterministic_and_consistent(tmp_path):
     samples = scenario_row("gen_sample.jsonl")["sample_data"]["tables"]
     statements = [s for t in samples for s in t["insert_statements"]]

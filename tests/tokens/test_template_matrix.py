@@ -339,10 +339,10 @@ def test_bundled_episodes_are_exact(family, fmt, bundled_rows):
 
 @pytest.mark.parametrize("family", TRAINED)
 def test_two_offline_steps_train(family, tmp_path):
-    from echo_trl.data.build import trajectories_to_dataset
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from echo_trl.config import EchoGRPOConfig
+    from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.trainer import EchoGRPOTrainer
 
     tok = family_tokenizer(family)

@@ -318,8 +318,9 @@ def _with_recorded_ids(t: Trajectory, ids: list[str]) -> Trajectory:
 
 
 def test_recorded_call_ids_and_none_content_survive_the_dataset_and_reach_the_template():
-    from echo_trl.data.schema import row_to_trajectory, trajectory_to_row
     from helpers.families import family_tokenizer
+
+    from echo_trl.data.schema import row_to_trajectory, trajectory_to_row
 
     recorded = _with_recorded_ids(make_trajectory(["one", "two"]), ["callAAAAA", "callBBBBB"])
     back = row_to_trajectory(trajectory_to_row(recorded))

@@ -14,6 +14,7 @@ One module per job::
     mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)
     verifier.py     code verifiers in a short-lived sandboxed process -> reward
     episode.py      AWMRuntime (one live scenario) and Episode (steps in the OpenEnv capture shape)
+    rewards.py      reward type and reward per step, episode outcome, verify observation: the upstream server's
     policy.py       replay scripts / recorded episodes and model policies for ``echo-trl capture``
     pool.py         scenario servers started lazily, pooled under a bound; sessions own their databases
     environment.py  TRL ``environment_factory`` (online GRPO / ECHO), one or many scenarios

@@ -37,19 +37,33 @@ def _connect_for_generated_sql(path: Path) -> sqlite3.Connection:
 
 @dataclass
 class BuildReport:
-    """What building a database did: tables created, rows inserted, statements that failed."""
+    """What building a database did: tables created, rows inserted, what failed (each with its field)."""
 
     tables: int = 0
     inserts: int = 0
+    failed_tables: list[str] = field(default_factory=list)  # "db_schema.tables[i].ddl (table name): error"
     failed_inserts: list[str] = field(default_factory=list)  # "sample_data.tables[i].insert_statements[j]: error"
+
+    def summary(self) -> str:
+        """One line for a log: counts, then every failure."""
+        failed = self.failed_tables + self.failed_inserts
+        return (
+            f"{self.tables} tables, {self.inserts} rows inserted"
+            + (f"; {len(self.failed_tables)} table definitions failed" if self.failed_tables else "")
+            + (f"; {len(self.failed_inserts)} inserts failed" if self.failed_inserts else "")
+            + (f": {' | '.join(failed)}" if failed else "")
+        )
 
 
 def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool = False) -> BuildReport:
-    """Create ``path`` from the scenario's DDL, indexes and sample INSERTs.
+    """Create ``path`` from the scenario's DDL, indexes and sample INSERTs, as the official AWM package does.
 
-    A failing DDL or index statement is a :class:`ScenarioError` naming the field (the server
-    cannot work without its tables); a failing sample INSERT is recorded in the report (real
-    AWM data has the odd bad row) unless ``strict_inserts``.
+    A table whose DDL or index fails is recorded in the report and the rest is built (the
+    official ``create_sqlite_database`` logs such a table and goes on; a failing index, like
+    there, skips that table's remaining indexes). Sample rows go in with foreign-key checks on
+    (the official ``execute_sample_data``), so a row pointing at a missing parent is a failed
+    insert, recorded in the report unless ``strict_inserts``. A schema of which no table could
+    be created is one :class:`ScenarioError`: there is nothing to serve.
     """
     path = Path(path)
     schema = scenario.require("db_schema")
@@ -60,20 +74,17 @@ def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool
     conn = _connect_for_generated_sql(path)
     try:
         for i, table in enumerate(schema["tables"]):
-            try:
-                conn.execute(table["ddl"])
-            except sqlite3.Error as exc:
-                raise ScenarioError(f"DDL failed: {exc}", field=f"db_schema.tables[{i}].ddl", **where) from None
-            for j, stmt in enumerate(table.get("indexes") or []):
-                if not stmt.strip():
-                    continue
-                try:
-                    conn.execute(stmt)
-                except sqlite3.Error as exc:
-                    raise ScenarioError(
-                        f"index failed: {exc}", field=f"db_schema.tables[{i}].indexes[{j}]", **where
-                    ) from None
-            report.tables += 1
+            _create_table(conn, i, table, report)
+        conn.commit()
+        if not _table_names(conn):
+            why = report.failed_tables[0] if report.failed_tables else "the schema defines no table"
+            raise ScenarioError(
+                f"no table could be created ({len(report.failed_tables)} of {len(schema['tables'])} definitions "
+                f"failed; first: {why})",
+                field="db_schema.tables",
+                **where,
+            )
+        conn.execute("PRAGMA foreign_keys = ON")
         samples = scenario.sample_data or {"tables": []}
         for i, table in enumerate(samples["tables"]):
             for j, stmt in enumerate(table["insert_statements"]):
@@ -99,6 +110,29 @@ def build_database(scenario: Scenario, path: str | Path, *, strict_inserts: bool
         raise
     conn.close()
     return report
+
+
+def _create_table(conn: sqlite3.Connection, i: int, table: dict, report: BuildReport) -> None:
+    """Run one table's DDL and indexes; the first failure is recorded and ends this table's statements."""
+    here, name = f"db_schema.tables[{i}]", f" (table {table['name']})" if table.get("name") else ""
+    try:
+        conn.execute(table["ddl"])
+    except sqlite3.Error as exc:
+        report.failed_tables.append(f"{here}.ddl{name}: {exc}")
+        return
+    report.tables += 1
+    for j, stmt in enumerate(table.get("indexes") or []):
+        if not stmt.strip():
+            continue
+        try:
+            conn.execute(stmt)
+        except sqlite3.Error as exc:
+            report.failed_tables.append(f"{here}.indexes[{j}]{name}: {exc}")
+            return
+
+
+def _table_names(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
 
 
 def copy_database(src: str | Path, dst: str | Path) -> None:

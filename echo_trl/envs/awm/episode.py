@@ -11,14 +11,18 @@ MCP session. Every step becomes an observation in the OpenEnv capture shape that
      "observation": {"tool_name", "tool_result" | "error" | "verify_result", "warning",
                      "reward_type", "done", "metadata"}}
 
-``reward_type`` per step: ``tool_call_ok``; ``tool_not_found`` / ``invalid_args`` (format
-errors, AWM reward -1.0); ``tool_error`` (the tool refused, e.g. 404); ``timeout`` /
-``server_error`` (the environment failed: the episode ends); for the final ``verify`` step the
-verifier's outcome (``complete``, ``others``, ``incomplete``, ``judge_error``, ``no_verifier``).
+``reward_type`` and reward per step are the upstream OpenEnv server's (:mod:`.rewards`):
+``tool_call_ok``; ``tool_not_found`` / ``invalid_args`` (format errors, -1.0; an HTTP 404 of an
+existing tool counts as ``tool_not_found``, as upstream classifies it); ``timeout`` /
+``server_error``; for the ``verify`` step the verifier's outcome (``complete``, ``others``,
+``judge_error``, ``no_verifier``). Each step keeps its reward beside the observation, and the
+verify observation has upstream's shape (no ``tool_name``, a three-key ``verify_result``, or an
+``error`` where there is no verifier). A server that dies or hangs ends the episode here
+(``server_error`` / ``timeout``); the upstream server would answer every later call the same.
 
 Format errors follow AWM's semantics by default: the episode goes on (the official agent and
 OpenEnv's AWM environment let the agent recover), and its reward stays the format-error reward
-(-1.0) whatever the verifier says; the verifier's own reward is kept as ``verifier_reward``.
+(-1.0) however it ends; the verifier's own reward is kept as ``verifier_reward``.
 ``format_error_ends_episode=True`` restores the stricter rule (end at the first format error).
 
 Cleanup is unconditional: ``close()`` (also via ``with``, ``atexit`` and garbage collection)
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import re
 import threading
 import time
 import weakref
@@ -41,31 +44,13 @@ from ...data.awm_agent import VERIFY_TURNS
 from . import hostio, sandbox
 from .database import BuildReport, build_image
 from .mcp_client import MCPError, MCPSession
+from .rewards import FORMAT_ERRORS, classify_tool_error, episode_outcome, step_reward, verify_observation
 from .scenario import Scenario
 from .server import DatabaseUnavailable, ScenarioServer
 from .verifier import Judge, RewardConfig, VerifyOutcome, verify_databases
 
-FORMAT_ERRORS = ("tool_not_found", "invalid_args")
-_STATUS = re.compile(r"Status code: (\d{3})")
-
-
-def classify_tool_error(text: str, *, known_tool: bool) -> str:
-    """reward_type of a tool call MCP reported as an error."""
-    if not known_tool or text.startswith("Unknown tool"):
-        return "tool_not_found"
-    if text.startswith("Input validation error") or "validation error" in text.lower()[:200]:
-        return "invalid_args"
-    m = _STATUS.search(text[:300])
-    if m:
-        code = int(m.group(1))
-        if code == 422:
-            return "invalid_args"
-        if code >= 500:
-            return "server_error"
-        return "tool_error"
-    if "timed out" in text.lower()[:300]:
-        return "timeout"
-    return "tool_error"
+#: What a step after the end of the episode answers.
+ENDED = "the episode has ended; start a new episode"
 
 
 def remove_stale_dirs() -> list[str]:
@@ -270,7 +255,6 @@ class Episode:
         self._verify_step: dict[str, Any] | None = None
         self.notes = list(notes or [])
         self.behavior_logprobs: list[float] | None = None
-        self.tool_names = {t["name"] for t in runtime.tools}
 
     @property
     def scenario(self) -> str:
@@ -279,7 +263,9 @@ class Episode:
     def _record(
         self, tool_name: str, arguments: Any, observation: dict[str, Any], extra: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        step = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": observation}
+        step: dict[str, Any] = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": observation}
+        if observation["reward_type"] != "episode_already_done":  # upstream gives no reward there
+            step["reward"] = step_reward(observation["reward_type"], self.runtime.rewards)
         if extra:
             step.update(extra)
         self.steps.append(step)
@@ -287,12 +273,15 @@ class Episode:
 
     def _end(self, reward_type: str) -> None:
         """End the episode; any format error on the way keeps the reward at the format-error reward."""
-        rewards = self.runtime.rewards
         self.done = True
-        self.verifier_reward = rewards.reward(reward_type)
-        penalised = self.format_errors and reward_type not in FORMAT_ERRORS
-        self.reward_type = "format_error" if penalised else reward_type
-        self.reward = rewards.format_error if penalised else self.verifier_reward
+        self.verifier_reward = step_reward(reward_type, self.runtime.rewards)
+        self.reward_type, self.reward = episode_outcome(
+            reward_type, self.verifier_reward, self.format_errors, self.runtime.rewards
+        )
+
+    def _ended(self, tool_name: str, arguments: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        obs = {"reward_type": "episode_already_done", "error": ENDED, "done": True, "metadata": {}}
+        return self._record(tool_name, arguments, obs, extra)
 
     def call_tool(
         self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None, refuse: str | None = None
@@ -301,35 +290,19 @@ class Episode:
 
         ``refuse``: the harness rejects the call itself with this error (an unknown tool, no
         server asked): recorded as ``tool_not_found`` under the same format-error rule.
+        Arguments that are not a JSON object are ``invalid_args`` (an OpenEnv server refuses
+        such a message outright).
         """
         arguments = {} if arguments is None else arguments
         if self.done:
-            obs = {
-                "tool_name": tool_name,
-                "error": "the episode has ended; start a new episode",
-                "reward_type": "episode_already_done",
-                "done": True,
-                "metadata": {},
-            }
-            return self._record(tool_name, arguments, obs, extra)
+            return self._ended(tool_name, arguments, extra)
         t0 = time.perf_counter()
-        known = tool_name in self.tool_names
+        head = {"tool_name": tool_name}
         if refuse is not None:
-            obs = {
-                "tool_name": tool_name,
-                "reward_type": "tool_not_found",
-                "done": False,
-                "metadata": {},
-                "error": refuse,
-            }
+            obs = {"reward_type": "tool_not_found", **head, "error": refuse}
         elif not isinstance(arguments, dict):
-            obs = {
-                "tool_name": tool_name,
-                "reward_type": "invalid_args",
-                "done": False,
-                "metadata": {},
-                "error": f"tool arguments must be a JSON object, got {type(arguments).__name__}",
-            }
+            why = f"tool arguments must be a JSON object, got {type(arguments).__name__}"
+            obs = {"reward_type": "invalid_args", **head, "error": why}
             arguments = {"_raw": arguments}
         else:
             try:
@@ -339,70 +312,59 @@ class Episode:
                 why = server.exit_description() if server is not None and not server.alive() else ""
                 rt = "timeout" if "timed out" in str(exc) else "server_error"
                 obs = {
-                    "tool_name": tool_name,
                     "reward_type": rt,
-                    "done": True,
+                    **head,
                     "error": f"environment failure: {exc}" + (f" ({why})" if why else ""),
+                    "done": True,
                     "metadata": {"server_log_tail": server.log_tail(800) if server is not None else ""},
                 }
                 self._end(rt)
                 obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
                 return self._record(tool_name, arguments, obs, extra)
             if out.is_error:
-                obs = {
-                    "tool_name": tool_name,
-                    "error": out.text,
-                    "done": False,
-                    "metadata": {},
-                    "reward_type": classify_tool_error(out.text, known_tool=known),
-                }
+                obs = {"reward_type": classify_tool_error(out.text), **head, "error": out.text}
             else:
-                obs = {
-                    "tool_name": tool_name,
-                    "tool_result": out.text,
-                    "reward_type": "tool_call_ok",
-                    "done": False,
-                    "metadata": {},
-                }
-        obs["metadata"]["latency_s"] = round(time.perf_counter() - t0, 4)
+                obs = {"reward_type": "tool_call_ok", **head, "tool_result": out.text}
+        obs.update(done=False, metadata={"latency_s": round(time.perf_counter() - t0, 4)})
         if obs["reward_type"] in FORMAT_ERRORS:
+            self.format_errors += 1
             if self.runtime.format_error_ends_episode:
                 obs["done"] = True
                 self._end(obs["reward_type"])
-            self.format_errors += 1
         return self._record(tool_name, arguments, obs, extra)
 
     def verify(self, final_answer: str | None = None) -> dict[str, Any]:
-        """Run the task's verifier on the current database; ends the episode with its reward."""
-        args: dict[str, Any] = {"verifier_mode": self.runtime.verifier_mode}
+        """Run the task's verifier on the current database; ends the episode with its reward.
+
+        ``steps_taken`` counts the tool listing an episode starts with, as an OpenEnv server
+        counts the ``list_tools`` step of a client that lists tools once.
+        """
+        mode = self.runtime.verifier_mode
+        args: dict[str, Any] = {"verifier_mode": mode}
         if final_answer is not None:
             args["final_answer"] = final_answer
         if self.done:
-            obs = {
-                "tool_name": "verify",
-                "error": "the episode has ended; start a new episode",
-                "reward_type": "episode_already_done",
-                "done": True,
-                "metadata": {},
-            }
-            return self._record("verify", args, obs)
+            return self._ended("verify", args)
         outcome = self.runtime.run_verifier(
             self.task_idx, final_answer=final_answer, task=self.task, trajectory=self.steps
         )
-        self._end(outcome.reward_type)
-        obs = {
-            "tool_name": "verify",
-            "verify_result": outcome.verify_result,
-            "reward_type": outcome.reward_type,
-            "done": True,
-            "metadata": {"latency_s": round(outcome.seconds, 4)},
-        }
+        obs, details = verify_observation(
+            outcome.reward_type,
+            outcome.verify_result,
+            scenario=self.scenario,
+            task=self.task,
+            task_idx=self.task_idx,
+            steps_taken=len(self.steps) + 2,
+            verifier_mode=mode,
+        )
+        self._end(obs["reward_type"])
+        obs.update(done=True, metadata={"latency_s": round(outcome.seconds, 4), **details})
         self._record("verify", args, obs)
         self._verify_step = self.steps[-1]
         return obs
 
     def end_without_verifying(self, reason: str = "stopped") -> None:
-        """Stop here with the 'other' reward (e.g. stopping early with verification disabled)."""
+        """Stop here without the verifier: reward 0.0, or the format-error reward after a format error."""
         if not self.done:
             self._end(reason)
 

@@ -27,8 +27,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...errors import EchoTrlError
-from .episode import verify_turn_fields
+from .episode import ENDED, verify_turn_fields
 from .policy import Policy, play_episode
+from .rewards import FORMAT_ERRORS, episode_outcome, step_reward
+from .verifier import RewardConfig
 
 
 class OpenEnvError(EchoTrlError):
@@ -149,13 +151,16 @@ class RemoteEpisode:
         self.notes: list[str] = []
         self.behavior_logprobs: list[float] | None = None
         self.format_errors = 0
+        self.rewards = RewardConfig()  # the server's defaults; only the format-error reward is used here
         self._verify_step: dict[str, Any] | None = None
 
     @property
     def scenario(self) -> str:
         return self._scenario
 
-    def _step(self, tool_name: str, arguments: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _step(
+        self, tool_name: str, arguments: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], float | None]:
         data = self.client.step(tool_name, arguments)
         obs = dict(data.get("observation") or {})
         obs.setdefault("done", bool(data.get("done", False)))
@@ -168,48 +173,77 @@ class RemoteEpisode:
         self.steps.append(step)
         return obs, data.get("reward")
 
+    def _here(self, tool_name: str, arguments: Any, obs: dict[str, Any], extra: dict[str, Any] | None) -> None:
+        """Record a step answered here, not by the server (reward as the server would give it)."""
+        obs = {**obs, "metadata": {}}
+        step: dict[str, Any] = {"action": {"tool_name": tool_name, "arguments": arguments}, "observation": obs}
+        if obs["reward_type"] != "episode_already_done":
+            step["reward"] = step_reward(obs["reward_type"], self.rewards)
+        self.steps.append({**step, **(extra or {})})
+
     def call_tool(
         self, tool_name: str, arguments: Any = None, *, extra: dict[str, Any] | None = None, refuse: str | None = None
     ) -> dict[str, Any]:
-        """One tool call on the server; ``refuse``: rejected here with that error (see ``Episode.call_tool``)."""
+        """One tool call on the server; ``refuse``: rejected here with that error (see ``Episode.call_tool``).
+
+        Arguments that are not a JSON object are ``invalid_args`` here, as on the local runtime
+        (the server would refuse the message outright, with no step and no reward).
+        """
+        arguments = {} if arguments is None else arguments
+        if self.done:
+            self._here(
+                tool_name, arguments, {"reward_type": "episode_already_done", "error": ENDED, "done": True}, extra
+            )
+            return self.steps[-1]["observation"]
         if refuse is not None:
-            obs, reward = (
-                {
-                    "tool_name": tool_name,
-                    "error": refuse,
-                    "reward_type": "tool_not_found",
-                    "done": False,
-                    "metadata": {},
-                },
-                -1.0,
+            self._here(
+                tool_name,
+                arguments,
+                {"reward_type": "tool_not_found", "tool_name": tool_name, "error": refuse, "done": False},
+                extra,
             )
-            self.steps.append(
-                {"action": {"tool_name": tool_name, "arguments": arguments or {}}, "observation": obs, **(extra or {})}
+            obs, reward = self.steps[-1]["observation"], self.steps[-1]["reward"]
+        elif not isinstance(arguments, dict):
+            why = f"tool arguments must be a JSON object, got {type(arguments).__name__}"
+            self._here(
+                tool_name,
+                {"_raw": arguments},
+                {"reward_type": "invalid_args", "tool_name": tool_name, "error": why, "done": False},
+                extra,
             )
+            obs, reward = self.steps[-1]["observation"], self.steps[-1]["reward"]
         else:
-            obs, reward = self._step(tool_name, arguments if isinstance(arguments, dict) else {}, extra)
-        if obs.get("reward_type") in ("tool_not_found", "invalid_args", "invalid_action"):
+            obs, reward = self._step(tool_name, arguments, extra)
+        if obs.get("reward_type") in FORMAT_ERRORS:
             self.format_errors += 1
             if self.stop_on_format_error:  # the server itself goes on (AWM semantics); we stop asking
-                self.done, self.reward_type, self.reward = True, obs["reward_type"], reward
+                self._end(obs["reward_type"], reward)
                 obs["done"] = True
         return obs
 
+    def _end(self, reward_type: str, reward: float | None) -> None:
+        reward = step_reward(reward_type, self.rewards) if reward is None else float(reward)
+        self.done = True
+        self.reward_type, self.reward = episode_outcome(reward_type, reward, self.format_errors, self.rewards)
+
     def verify(self, final_answer: str | None = None) -> dict[str, Any]:
+        """The server's verifier; ends this episode (the server would take more calls) with its reward."""
         args: dict[str, Any] = {"verifier_mode": self.verifier_mode}
         if final_answer is not None:
             args["final_answer"] = final_answer
+        if self.done:
+            self._here("verify", args, {"reward_type": "episode_already_done", "error": ENDED, "done": True}, None)
+            return self.steps[-1]["observation"]
         obs, reward = self._step("verify", args)
         self._verify_step = self.steps[-1]
-        self.done, self.reward_type = True, obs.get("reward_type")
-        self.reward = float(reward) if reward is not None else 0.0
-        if self.format_errors and self.reward > -1.0:  # AWM: a format error keeps the episode at -1.0
-            self.reward_type, self.reward = "format_error", -1.0
+        obs["done"] = True
+        self._end(str(obs.get("reward_type") or "judge_error"), reward)
         return obs
 
     def end_without_verifying(self, reason: str = "stopped") -> None:
+        """Stop here without the verifier: reward 0.0, or the format-error reward after a format error."""
         if not self.done:
-            self.done, self.reward_type, self.reward = True, reason, 0.0
+            self._end(reason, None)
 
     def close(self) -> None:
         with contextlib.suppress(OpenEnvError):

@@ -24,9 +24,11 @@ writes) and AWM's ``trajectory.json``, as ``.json`` / ``.jsonl`` files or direct
 read with :func:`echo_trl.data.episode_files.iter_episode_records` and validated by
 :func:`echo_trl.data.records.awm_episode_to_trajectory` (errors name file, record and field). Their tool
 calls are replayed (a final ``verify`` step, or a ``verification`` entry, becomes the verifier
-run with the recorded final answer), and every step is compared with the recorded observation
-after :func:`normalize_timestamps` (databases built from AWM samples carry their creation
-time): the step gets ``"replay_match": true|false`` and the episode a note with the count.
+run with the recorded final answer), and every step is compared with the recording: its
+observation text after :func:`normalize_timestamps` (databases built from AWM samples carry
+their creation time), and its ``reward_type`` and reward where the recording has them. The step
+gets ``"replay_match": true|false`` (and ``replay_diff``, naming each field that differs, with
+the recorded and the live value), the episode a note with the count.
 
 Model policy (``--policy model:PATH``)
 --------------------------------------
@@ -120,6 +122,7 @@ class Script:
     scenario: str | None = None
     source: str = ""
     expected: list[str] | None = None  # recorded observation text per call (+ the verifier's): replay check
+    outcomes: list[tuple[Any, Any]] | None = None  # recorded (reward_type, reward) per step, None where absent
 
 
 class ReplayPolicy:
@@ -186,17 +189,35 @@ class ReplayPolicy:
             else:
                 episode.end_without_verifying("stopped")
         if script.expected is not None:
-            _check_replay(episode, script.expected, observed)
+            _check_replay(episode, script.expected, script.outcomes or [], observed)
 
 
-def _check_replay(episode: Episode, expected: list[str], observed: list[dict[str, Any]]) -> None:
-    """Mark each replayed step with whether its observation equals the recorded one (timestamps aside)."""
-    matches = [
-        normalize_timestamps(observation_text(obs)) == normalize_timestamps(want)
-        for obs, want in zip(observed, expected, strict=False)
-    ]
-    for step, ok in zip(episode.steps[-len(observed) :] if observed else [], matches, strict=True):
-        step["replay_match"] = ok
+def replay_diff(step: dict[str, Any], text: str, outcome: tuple[Any, Any] | None) -> list[str]:
+    """The fields in which a replayed ``step`` differs from the recorded text and (reward_type, reward)."""
+    diff = []
+    if normalize_timestamps(observation_text(step["observation"])) != normalize_timestamps(text):
+        diff.append("observation text")
+    reward_type, reward = outcome or (None, None)
+    live_type, live = step["observation"].get("reward_type"), step.get("reward")
+    if reward_type is not None and live_type != reward_type:
+        diff.append(f"reward_type {reward_type} -> {live_type}")
+    if reward is not None and (live is None or abs(float(live) - float(reward)) > 1e-9):
+        diff.append(f"reward {reward} -> {live}")
+    return diff
+
+
+def _check_replay(
+    episode: Episode, expected: list[str], outcomes: list[tuple[Any, Any]], observed: list[dict[str, Any]]
+) -> None:
+    """Mark each replayed step with whether it equals the recorded one (timestamps aside) and how it differs."""
+    steps = episode.steps[-len(observed) :] if observed else []
+    matches = []
+    for i, (step, want) in enumerate(zip(steps, expected, strict=False)):
+        diff = replay_diff(step, want, outcomes[i] if i < len(outcomes) else None)
+        step["replay_match"] = not diff
+        if diff:
+            step["replay_diff"] = diff
+        matches.append(not diff)
     episode.notes.append(
         f"replay check: {sum(matches)}/{len(expected)} observations match the recording"
         + (
@@ -235,6 +256,7 @@ def _recorded(where: str, source: str, record: str, data: dict[str, Any]) -> Scr
         traj = awm_episode_to_trajectory(body, source=source, record=record or None, system_prompt=None)
     except EpisodeError as exc:
         raise PolicyError(f"recorded episode: {exc}") from None
+    outcomes = [_recorded_outcome(s) for s in _recorded_steps(body)]
     calls: list[tuple[str, Any]] = []
     expected: list[str] = []
     for message in traj.completion:
@@ -247,7 +269,25 @@ def _recorded(where: str, source: str, record: str, data: dict[str, Any]) -> Scr
     verify, final_answer = False, None
     if calls and _is_verifier_call(*calls[-1]):
         verify, final_answer = True, calls.pop()[1].get("final_answer")
-    return Script(traj.task_idx, calls, final_answer, verify, "recorded", traj.scenario, where, expected)
+    return Script(traj.task_idx, calls, final_answer, verify, "recorded", traj.scenario, where, expected, outcomes)
+
+
+def _recorded_steps(body: dict[str, Any]) -> list[Any]:
+    """The recorded steps in replay order (OpenEnv capture shape, or trajectory.json less list_tools)."""
+    if "trajectory" in body and isinstance(body["trajectory"], list):
+        return [e for e in body["trajectory"] if not (isinstance(e, dict) and e.get("action") == "list_tools")]
+    return list(body.get("steps") or [])
+
+
+def _recorded_outcome(step: Any) -> tuple[Any, Any]:
+    """(reward_type, reward) a recorded step carries, None for what it lacks."""
+    if not isinstance(step, dict):
+        return None, None
+    obs = step.get("observation") if isinstance(step.get("observation"), dict) else step
+    reward = step.get("reward")
+    return obs.get("reward_type"), reward if isinstance(reward, (int, float)) and not isinstance(
+        reward, bool
+    ) else None
 
 
 def _script(source: str, d: Any) -> Script:

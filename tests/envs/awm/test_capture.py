@@ -288,11 +288,16 @@ def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
     tampered["steps"][1]["observation"]["tool_result"] = tampered["steps"][1]["observation"]["tool_result"].replace(
         "Project Hail Mary", "Project Hail Marx"
     )
+    tampered["steps"][3]["observation"]["reward_type"] = "tool_error"  # the classification, not the text
+    tampered["steps"][3]["reward"] = -1.0
     (tmp_path / "t.jsonl").write_text(json.dumps(tampered) + "\n")
     assert cli([*base[:5], "--policy", f"replay:{tmp_path / 't.jsonl'}", "--output", str(tmp_path / "t")]) == 0
     log = (tmp_path / "t" / "capture_log.txt").read_text()
     n = len(tampered["steps"])
-    assert f"{n - 1}/{n} same [1:same 2:DIFFERENT 3:same" in log
+    assert (
+        f"{n - 2}/{n} same [1:same 2:DIFFERENT(observation text) 3:same "
+        "4:DIFFERENT(reward_type tool_error -> tool_call_ok; reward -1.0 -> 0.0)"
+    ) in log
 
 
 def test_a_mid_episode_format_error_is_captured_in_full(tmp_path):

@@ -1,9 +1,11 @@
 """OpenEnv client against a local stand-in for the upstream ``agent_world_model_env`` server.
 
-The upstream server (meta-pytorch/OpenEnv) cannot run here (it needs openenv-core, whose
-fastmcp dependency pulls mcp 2.x, plus mcp-agent), so the stand-in below speaks the same
-WebSocket protocol (``/ws``: reset / step{list_tools|call_tool} / close, observation payloads
-shaped like ``AWMObservation.model_dump(exclude_none=True)``) on top of the local runner.
+The upstream server (meta-pytorch/OpenEnv) is not a test dependency (openenv-core pulls fastmcp,
+gradio and mcp-agent), so the stand-in below speaks the same WebSocket protocol (``/ws``: reset /
+step{list_tools|call_tool} / close, observation payloads shaped like
+``AWMObservation.model_dump(exclude_none=True)``) on top of the local runner, for the protocol, the
+capture command and the client's failures. Agreement with the real server, reply by reply, is
+``test_upstream_agreement.py`` (recorded from it).
 """
 
 from __future__ import annotations
@@ -27,14 +29,12 @@ from echo_trl.envs.awm.episode import AWMRuntime
 from echo_trl.envs.awm.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
 from echo_trl.envs.awm.policy import ReplayPolicy, Script
 from echo_trl.envs.awm.scenario import ScenarioSource
-from echo_trl.envs.awm.verifier import RewardConfig
 
 SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "data" / "awm1k_samples"
 
 
 def standin_app(runtime: AWMRuntime):
     app = FastAPI()
-    rewards = RewardConfig()
 
     def obs_payload(obs: dict, reward=None, done=False):
         body = {k: v for k, v in obs.items() if v is not None and k not in ("done", "metadata")}
@@ -93,21 +93,10 @@ def standin_app(runtime: AWMRuntime):
                         obs = await asyncio.to_thread(
                             episode.verify, (action.get("arguments") or {}).get("final_answer")
                         )
-                        reply = obs_payload(
-                            {
-                                **obs,
-                                "tool_name": None,
-                                "scenario": episode.scenario,
-                                "task": episode.task,
-                                "task_idx": episode.task_idx,
-                            },
-                            rewards.reward(obs["reward_type"]),
-                        )
+                        reply = obs_payload(obs, episode.steps[-1].get("reward"))
                     else:
                         obs = await asyncio.to_thread(episode.call_tool, action["tool_name"], action.get("arguments"))
-                        reply = obs_payload(
-                            obs, rewards.reward(obs["reward_type"]) if obs["reward_type"] != "tool_call_ok" else 0.0
-                        )
+                        reply = obs_payload(obs, episode.steps[-1].get("reward"))
                 else:
                     reply = {
                         "type": "error",
@@ -177,7 +166,8 @@ def test_capture_from_openenv_server(server, tmp_path):
     )
     rec = capture_openenv_episode(server, "content_platform_1", 0, policy)
     assert [s["action"]["tool_name"] for s in rec["steps"]] == ["search_channels", "subscribe_to_channel", "verify"]
-    assert rec["steps"][-1]["observation"]["verify_result"]["result"] == "others"
+    assert rec["steps"][-1]["observation"]["error"] == "No code verifier available for this task"
+    assert rec["reward_type"] == "no_verifier" and rec["reward"] == 0.0
     assert len(rec["tools"]) == 34
     bad = capture_openenv_episode(server, "content_platform_1", 0, policy, episode_index=1)
     assert bad["reward"] == -1.0 and bad["steps"][0]["observation"]["error"] == "Unknown tool: subscribe"
@@ -188,7 +178,7 @@ def test_capture_from_openenv_server(server, tmp_path):
     assert stop["reward"] == -1.0 and [s["action"]["tool_name"] for s in stop["steps"]] == ["subscribe"]
     omit = capture_openenv_episode(server, "content_platform_1", 0, policy, verify_turn="omit")
     assert [s["action"]["tool_name"] for s in omit["steps"]] == ["search_channels", "subscribe_to_channel"]
-    assert omit["verification"]["observation"]["verify_result"]["result"] == "others"
+    assert omit["verification"]["observation"]["reward_type"] == "no_verifier"
     (tmp_path / "e.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(bad) + "\n")
     trajs, skipped = load_awm_episodes([tmp_path])
     assert len(trajs) == 2 and not skipped

@@ -88,19 +88,6 @@ def test_bad_scenario_data_names_scenario_file_and_field(tmp_path, samples, file
         src.load("content_platform_1")
 
 
-def test_failing_ddl_is_a_clear_error(tmp_path, samples):
-    def mutate(f, lines):
-        if f == "gen_db.jsonl":
-            next(x for x in lines if x["scenario"] == "content_platform_1")["db_schema"]["tables"][1]["ddl"] = (
-                "CREATE NONSENSE"
-            )
-
-    sc = ScenarioSource.from_dir(_bad_dir(tmp_path, samples, mutate)).load("content_platform_1")
-    with pytest.raises(ScenarioError, match=r"content_platform_1.*db_schema.tables\[1\].ddl: DDL failed"):
-        build_database(sc, tmp_path / "x.db")
-    assert not (tmp_path / "x.db").exists()
-
-
 def test_database_build_snapshot_and_restore(tmp_path, samples):
     sc = ScenarioSource.from_dir(samples).load("e_commerce_33")
     report = build_database(sc, tmp_path / "live.db")

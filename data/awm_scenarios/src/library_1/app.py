@@ -23,9 +23,8 @@ database_url = os.getenv("DATABASE_PATH", "sqlite:///outputs/databases/library_1
 if "://" not in database_url:
     database_url = f"sqlite:///{database_url}"
 
-engine = create_engine(
-    database_url, connect_args={"check_same_thread": False} if database_url.startswith("sqlite") else {}
-)
+# One line: the official AWM server and OpenEnv's rewrite every line holding this call to point at their database.
+engine = create_engine(database_url, connect_args={"check_same_thread": False})
 SessionLocal = sessionmaker(bind=engine, autoflush=False, autocommit=False)
 
 Base = declarative_base()
