@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from trl import get_peft_config, get_quantization_config
 
     from echo_trl.data import awm_agent
-    from echo_trl.data.awm_agent import default_verify_turn
+    from echo_trl.data.formats import default_verify_turn
     from echo_trl.envs.awm.agent_format import awm_agent_environment_factory
     from echo_trl.envs.awm.environment import awm_environment_factories, awm_task_dataset, close_environments
     from echo_trl.errors import EchoTrlError

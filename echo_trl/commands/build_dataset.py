@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.awm_agent import FORMATS, VERIFY_TURNS
 from ..data.build import build_awm_dataset
 from ..data.card import plural
+from ..data.formats import FORMATS, VERIFY_TURNS
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..data.records import SkippedRecord
 from ..data.store import DATASET_MARKER, save_dataset

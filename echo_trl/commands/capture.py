@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..data.awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
+from ..data.formats import FORMATS, VERIFY_TURNS, default_verify_turn
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
 from ..outputs import check_output_dir

@@ -22,8 +22,7 @@ Stable API (also for the live environment and ``capture``): :data:`SYSTEM_PROMPT
 official loop does); :func:`error_text`, :func:`unknown_tool_text`, :func:`timeout_text`,
 :func:`tool_reply_text` (reply texts); :func:`list_tools_message`, :func:`call_tool_message`,
 :func:`tool_call_text` (messages); :func:`to_awm_agent_trajectory` with :class:`RecordedStep`
-and :func:`listed_tools` (recorded episode -> conversation); :data:`FORMATS`,
-:data:`VERIFY_TURNS`, :func:`default_verify_turn`.
+and :func:`listed_tools` (recorded episode -> conversation).
 """
 
 from __future__ import annotations
@@ -56,17 +55,6 @@ CALL_TOOL = "call_tool"
 TOOL_PREFIX = "mcp_tool_"
 #: Prefix of every failed call's reply.
 ERROR_PREFIX = "Error: "
-
-#: Conversation formats a recorded episode can be rendered in (see ``docs/datasets.md``).
-FORMATS = ("chat-template", "awm-agent")
-#: How the verifier step enters the conversation: as an ``env_output`` message, or not at all.
-VERIFY_TURNS = ("env_output", "omit")
-
-
-def default_verify_turn(format: str) -> str:
-    """``omit`` for the official agent's format (it never shows the verifier), else ``env_output``."""
-    return "omit" if format == "awm-agent" else "env_output"
-
 
 _IN = " " * 8  # the prompt keeps the source indentation of most of its lines (a dedent that did not apply)
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..errors import EpisodeError
 from ..roles import Trajectory
-from .awm_agent import FORMATS
+from .formats import FORMATS
 from .prompt import DEFAULT_SYSTEM_PROMPT
 from .records import SkippedRecord, load_awm_episodes
 from .schema import ARROW_SCHEMA, FEATURES, encode_row

@@ -18,10 +18,10 @@ from ..errors import EpisodeError
 from ..progress import progress
 from ..roles import Trajectory
 from .awm import awm_record_to_trajectory
-from .awm_agent import FORMATS, VERIFY_TURNS, default_verify_turn
 from .conversations import conversation_to_trajectory
 from .episode_files import iter_episode_records
 from .fields import check_text
+from .formats import FORMATS, VERIFY_TURNS, default_verify_turn
 from .prompt import DEFAULT_SYSTEM_PROMPT
 
 __all__ = ["awm_episode_to_trajectory", "load_awm_episodes"]

@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...data.awm_agent import VERIFY_TURNS
+from ...data.formats import VERIFY_TURNS
 from ...data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
 from ...data.tools import serialize_output
 from .episode import Episode

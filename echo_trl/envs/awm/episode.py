@@ -40,7 +40,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ...data.awm_agent import VERIFY_TURNS
+from ...data.formats import VERIFY_TURNS
 from . import hostio, sandbox
 from .database import BuildReport, build_image
 from .mcp_client import MCPError, MCPSession
