@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def _explicitly_unsafe_where_no_sandbox(request, monkeypatch):
 
     original = sandbox.require_containment
 
+    @functools.wraps(original)  # the API reference test renders this function's signature and docstring
     def require(unsafe_no_sandbox: bool = False):
         return original(unsafe_no_sandbox or not sandbox.detect_containment().contained)
 
