@@ -215,9 +215,6 @@ def build_policy(args: argparse.Namespace, kind: str, target: str):
         backoff=args.retry_backoff,
         logprobs=args.logprobs,
     )
-    system_prompt = args.system_prompt or None
-    if args.format == "awm-agent" and args.system_prompt == DEFAULT_SYSTEM_PROMPT:
-        system_prompt = None  # the official agent's
     policy = OpenAIPolicy(
         client,
         format=args.format,
@@ -225,7 +222,7 @@ def build_policy(args: argparse.Namespace, kind: str, target: str):
         max_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
-        system_prompt=system_prompt,
+        system_prompt=args.system_prompt or None,  # as the builder reads it (awm-agent: the default is the official)
         seed=args.seed,
     )
     tokenizer = None

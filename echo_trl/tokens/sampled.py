@@ -76,6 +76,15 @@ def _action_runs(tokens, completion: list[dict[str, Any]]) -> list[tuple[int, li
     return runs
 
 
+def _verify_hint(message: dict[str, Any]) -> str:
+    if any(c["function"]["name"] == "verify" for c in message.get("tool_calls") or []):
+        return (
+            "; it is the verifier call --verify-turn env_output renders as an assistant turn: "
+            "--verify-turn omit keeps the conversation as the model wrote it"
+        )
+    return ""
+
+
 def _differ(tokenizer, got: list[int], want: list[int]) -> str:
     at = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w), min(len(got), len(want)))
     show = lambda ids: repr(tokenizer.decode(ids[max(0, at - 2) : at + 3]))[:60]  # noqa: E731
@@ -121,12 +130,7 @@ def align_record(
         if len(logprobs) != len(ids):
             reason = f"{len(logprobs)} log-probs for {len(ids)} token ids"
         elif ids != want:
-            reason = _differ(tokenizer, ids, want)
-            if any(c["function"]["name"] == "verify" for c in message.get("tool_calls") or []):
-                reason += (
-                    "; the built conversation renders this turn as a verify call (--verify-turn env_output): "
-                    "--verify-turn omit keeps the answer as the model wrote it"
-                )
+            reason = _differ(tokenizer, ids, want) + _verify_hint(message)
         elif isinstance(prompt, dict) and (
             prompt.get("count") != start or prompt.get("sha256") != token_ids_hash(tokens.input_ids[:start])
         ):
@@ -139,7 +143,8 @@ def align_record(
             continue
         checks.append(TurnCheck(i, False, reason))
     for j in range(len(turns), len(runs)):
-        checks.append(TurnCheck(j, False, f"assistant message {j} of the built conversation has no sampled turn"))
+        reason = f"assistant message {j} of the built conversation has no sampled turn" + _verify_hint(runs[j][2])
+        checks.append(TurnCheck(j, False, reason))
     if any(not c.aligned for c in checks):
         return Alignment("flagged", checks)
     return Alignment("aligned", checks, [float(x) for t in turns for x in t["logprobs"]])

@@ -29,6 +29,19 @@ AGENT_CALL = (
 ANSWER = "Done."
 
 
+SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "awm_scenarios"
+
+
+def _library_texts() -> list[str]:
+    """library_1's tasks and its tool schemas as the chat template writes them (from a bundled episode)."""
+    from echo_trl.data.tools import tool_schemas
+
+    episode = json.loads((SCENARIOS.parent / "episodes" / "library_1_task0.jsonl").read_text().splitlines()[0])
+    lines = SCENARIOS.joinpath("gen_tasks.jsonl").read_text().splitlines()
+    tasks = [t for line in lines for t in json.loads(line)["tasks"]]
+    return [*tasks, *(json.dumps(t, ensure_ascii=False) for t in tool_schemas(episode["tools"]))]
+
+
 def tool_calling_model(path: Path) -> Path:
     """Build (once) and return a tiny model directory whose turns are tool calls or a short answer.
 
@@ -47,7 +60,9 @@ def tool_calling_model(path: Path) -> Path:
 
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
-    tokenizer = build_tiny_tokenizer("qwen2_5", ["Priya Raman search members", ANSWER], vocab_size=600)
+    # trained on library_1's tool schemas and tasks, so its prompts (34 tool schemas) stay a few thousand tokens
+    corpus = _library_texts()
+    tokenizer = build_tiny_tokenizer("qwen2_5", [*corpus, "Priya Raman search members", ANSWER], vocab_size=4096)
     tokenizer.add_tokens([CHAT_CALL, AGENT_CALL, ANSWER])
     hidden = 64
     config = AutoConfig.for_model(

@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...data import awm_agent
-from ...data.prompt import prompt_messages
+from ...data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
 from ...data.records import token_ids_hash
 from ...roles import Message, tool_call
 from .agent_format import agent_reply
@@ -326,7 +326,7 @@ class OpenAIPolicy:
     max_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
-    system_prompt: str | None = None
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the dataset builder's default; awm-agent: the official one
     seed: int | None = 0
 
     def play(self, episode: Episode, episode_index: int = 0) -> list[dict[str, Any]]:
@@ -337,7 +337,8 @@ class OpenAIPolicy:
             seed = episode_seed(seed, episode.scenario, episode.task_idx, episode_index)
         agent = self.format == "awm-agent"
         if agent:
-            messages = prompt_messages(self.system_prompt or awm_agent.SYSTEM_PROMPT, episode.scenario, episode.task)
+            system = awm_agent.SYSTEM_PROMPT if self.system_prompt == DEFAULT_SYSTEM_PROMPT else self.system_prompt
+            messages = prompt_messages(system, episode.scenario, episode.task)
             tools = None
         else:
             messages, tools = live_prompt(self.system_prompt, episode)
