@@ -115,9 +115,10 @@ def tool_calling_model(path: Path) -> Path:
 
 
 class TransformersServer:
-    """``transformers serve MODEL`` on 127.0.0.1 (a free port), started, restarted and stopped by tests."""
+    """``transformers serve [MODEL]`` on 127.0.0.1 (a free port), started and stopped by tests; without a model it
+    loads whichever path a request names (and answers 500 while that path holds no model)."""
 
-    def __init__(self, model: Path, log: Path, port: int | None = None):
+    def __init__(self, model: Path | None, log: Path, port: int | None = None):
         self.model, self.log, self.port = model, log, port or free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -128,7 +129,7 @@ class TransformersServer:
     def start(self, timeout: float = 180.0) -> TransformersServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1"}
         cli = Path(sys.executable).with_name("transformers")
-        cmd = [str(cli) if cli.exists() else "transformers", "serve", str(self.model)]
+        cmd = [str(cli) if cli.exists() else "transformers", "serve", *([str(self.model)] if self.model else [])]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning"]
         with open(self.log, "a") as fh:
             self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
