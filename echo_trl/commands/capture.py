@@ -10,7 +10,7 @@ Many scenarios (``--scenario`` repeatable, ``--scenario-file``, ``--all-scenario
 a GRPO group of N episodes; ``--concurrency N`` episodes in flight over one bounded pool of scenario
 servers (``--max-servers``). Policies: ``replay:FILE`` (scripts or recorded episodes), ``model:PATH``
 (transformers ``generate`` in this process) or ``openai:URL`` (an OpenAI-compatible server: vLLM,
-SGLang, TRL's ``vllm-serve``, ``transformers serve``, a hosted API; ``echo_trl.envs.awm.openai_policy``).
+SGLang, ``transformers serve``, a hosted API; ``echo_trl.envs.awm.openai_policy``).
 
 Output (``echo_trl.envs.awm.collect``): ``OUTPUT/<scenario>_task<K>.jsonl``, each episode appended
 as one whole line when it finishes (``echo-trl build-dataset OUTPUT`` reads them); a rerun with the

@@ -107,7 +107,9 @@ def test_two_scenarios_concurrently_survive_kill_9_and_the_rerun_adds_no_duplica
     server, model, two_scenarios, tmp_path
 ):
     out = tmp_path / "out"
-    cmd = capture(two_scenarios, server.url, model, out, "--scenario", "library_1", "--scenario", "library_2")
+    names = tmp_path / "scenarios.txt"
+    names.write_text("# the two scenarios\nlibrary_1\nlibrary_2  # a copy of library_1\n")
+    cmd = capture(two_scenarios, server.url, model, out, "--scenario-file", str(names))
     cmd += ["--task-idx", "0", "--task-idx", "1", "--episodes", "2", "--concurrency", "4"]
     env = {**os.environ, "ECHO_TRL_PROGRESS": "0", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -181,8 +183,8 @@ def test_two_scenarios_concurrently_survive_kill_9_and_the_rerun_adds_no_duplica
 
 def test_the_awm_agent_format_speaks_list_tools_and_call_tool(server, model, tmp_path):
     out = tmp_path / "out"
-    cmd = capture(LIBRARY, server.url, model, out, "--scenario", "library_1", "--task-idx", "0", "--episodes", "3")
-    done = run([*cmd, "--format", "awm-agent", "--concurrency", "3"])
+    cmd = capture(LIBRARY, server.url, model, out, "--all-scenarios", "--task-idx", "0", "--episodes", "3")
+    done = run([*cmd, "--format", "awm-agent", "--concurrency", "3"])  # every scenario of LIBRARY: library_1
     assert done.returncode == 0, done.stderr
     recs = records(out)
     assert len(recs) == 3 and all(r["metadata"]["format"] == "awm-agent" for r in recs)

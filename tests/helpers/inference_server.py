@@ -42,7 +42,7 @@ def _library_texts() -> list[str]:
     return [*tasks, *(json.dumps(t, ensure_ascii=False) for t in tool_schemas(episode["tools"]))]
 
 
-def tool_calling_model(path: Path) -> Path:
+def tool_calling_model(path: Path, *, hidden: int = 64) -> Path:
     """Build (once) and return a tiny model directory whose turns are tool calls or a short answer.
 
     A random-init Qwen2 whose attention and MLP outputs are zeroed, so each position's logits depend on its
@@ -50,7 +50,8 @@ def tool_calling_model(path: Path) -> Path:
     (about 3 in 4) or ``Done.``; after ``<tool_call>`` the chat-template call of ``search_members`` or (about
     1 in 3) the official AWM agent's ``call_tool`` of it; then ``</tool_call>``, then ``<|im_end|>``. Sampled
     at temperature 1, episodes get varied lengths, valid calls, format errors and final answers in both
-    formats; the turn texts are exactly what the qwen2_5 template renders for those calls.
+    formats; the turn texts are exactly what the qwen2_5 template renders for those calls. ``hidden``: 256 gives
+    vLLM a head size its kernels take (64).
     """
     marker = path / "echo_trl_tool_model.json"
     if marker.exists():
@@ -64,7 +65,6 @@ def tool_calling_model(path: Path) -> Path:
     corpus = _library_texts()
     tokenizer = build_tiny_tokenizer("qwen2_5", [*corpus, "Priya Raman search members", ANSWER], vocab_size=4096)
     tokenizer.add_tokens([CHAT_CALL, AGENT_CALL, ANSWER])
-    hidden = 64
     config = AutoConfig.for_model(
         "qwen2",
         vocab_size=len(tokenizer),

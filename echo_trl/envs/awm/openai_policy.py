@@ -1,6 +1,6 @@
 """Play AWM episodes with a model behind an OpenAI-compatible server (``--policy openai:URL``).
 
-vLLM, SGLang, TRL's ``vllm-serve``, ``transformers serve`` and hosted providers all answer
+vLLM, SGLang, ``transformers serve`` and hosted providers all answer
 ``POST {URL}/chat/completions``; this module talks to it with ``httpx`` (raw JSON, so vLLM's fields
 outside the OpenAI schema, ``token_ids`` and ``prompt_token_ids``, are read as sent).
 
