@@ -14,7 +14,9 @@ What bounds it, per level, from the records and one probe:
 * ``env_s_per_episode``: the environment's own seconds per episode (tool calls and verifier, from each step's
   ``latency_s``), and ``env_share``: their sum over wall time x concurrency (the share of in-flight time spent in
   the environments);
-* the rest (``collector_share``) is the collector: episode set-up on the pool, alignment, writing.
+* the rest (``collector_share``) is the collector and set-up: scenario-server starts (``scenario_server_starts``,
+  ~1-3 s each, counted in the wall time; at most ``--max-servers``), episode set-up on the pool, alignment,
+  writing.
 
     python benchmarks/collect.py [--quick] [--json] [--episodes 24] [--concurrency 1 4 16]
 """
@@ -115,9 +117,11 @@ def main(argv: list[str] | None = None) -> dict:
                 "env_s_per_episode": round(env_total / max(1, len(got["env_s"])), 3),
                 "env_share": round(env_share, 3),
                 "collector_share": round(max(0.0, 1 - min(1.0, busy) - env_share), 3),
+                "scenario_server_starts": run["server_starts"],
             }
             results["levels"][str(c)] = level
-            bound = "server" if busy > 0.8 else "environments" if env_share > 0.5 else "collector / set-up"
+            shares = {"server": busy, "environments": env_share, "collector / set-up": level["collector_share"]}
+            bound = max(shares, key=shares.get)
             level["bound_by"] = bound
             rows.append(
                 (
@@ -126,13 +130,15 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{level['episodes_per_s']:.3f}",
                     f"{level['server_busy']:.2f}",
                     f"{level['env_s_per_episode']:.2f}",
+                    str(level["scenario_server_starts"]),
                     bound,
                 )
             )
     finally:
         server.stop()
     print(f"server: {results['server']}, {latency:.2f}s per request (library_1 prompt, 8 new tokens)")
-    report(rows, ("concurrency", "episodes", "episodes/s", "server busy", "env s/episode", "bound by"), results, args)
+    header = ("concurrency", "episodes", "episodes/s", "server busy", "env s/episode", "server starts", "bound by")
+    report(rows, header, results, args)
     return results
 
 
