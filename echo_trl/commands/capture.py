@@ -1,15 +1,30 @@
-"""``echo-trl capture``: run an AWM scenario locally and record episodes (OpenEnv capture shape).
+"""``echo-trl capture``: play AWM scenarios locally and record episodes (OpenEnv capture shape).
 
     echo-trl capture --data DIR --scenario content_platform_1 --task-idx 0 \\
         --policy replay:scripts.jsonl --episodes 4 --output episodes/
-    echo-trl capture --hub --scenario e_commerce_33 --policy model:./my-model --episodes 8 --output out/
+    echo-trl capture --data AWM1K_DIR --all-scenarios --policy openai:http://127.0.0.1:8000/v1 \\
+        --model Qwen/Qwen3-4B --episodes 8 --concurrency 16 --output rollouts/
 
-Writes ``OUTPUT/<scenario>_task<K>.jsonl`` (one episode per line, appended in capture order;
-``echo-trl build-dataset OUTPUT`` reads them) and ``OUTPUT/capture_log.txt`` (what ran, where
-the data came from, the containment applied, timings). ``--episodes N`` is per task, so every
-task gets a GRPO group of N episodes. The replay file format is in ``--help`` and in
-``echo_trl/envs/awm/policy.py``; replaying recorded episodes (``--policy replay:DIR``) logs, per
-step, whether the live observation equals the recorded one (timestamps normalised).
+Many scenarios (``--scenario`` repeatable, ``--scenario-file``, ``--all-scenarios``) and tasks
+(``--task-idx``, default every task) in one command; ``--episodes N`` per task, so every task gets
+a GRPO group of N episodes; ``--concurrency N`` episodes in flight over one bounded pool of scenario
+servers (``--max-servers``). Policies: ``replay:FILE`` (scripts or recorded episodes), ``model:PATH``
+(transformers ``generate`` in this process) or ``openai:URL`` (an OpenAI-compatible server: vLLM,
+SGLang, ``transformers serve``, a hosted API; ``echo_trl.envs.awm.openai_policy``).
+
+Output (``echo_trl.envs.awm.collect``): ``OUTPUT/<scenario>_task<K>.jsonl``, each episode appended
+as one whole line when it finishes (``echo-trl build-dataset OUTPUT`` reads them); a rerun with the
+same output continues where a killed run stopped and never writes an episode twice; ``capture_state.json``
+(the settings; a rerun with other ones is refused), ``capture_summary.json`` (episodes, reward mean
+per scenario, outcomes, format and tool errors, tokens, log-prob alignment) and ``capture_log.txt``.
+
+Sampler log-probs: with ``openai:`` the server is asked for its sampled token ids and log-probs
+(``--logprobs auto``: vLLM returns them, a server that refuses the fields is asked without); with
+``model:`` they are computed at generation. Each turn is compared with the trainer's tokenization of
+the same conversation (``--tokenizer``, default the model's; ``echo_trl.tokens.sampled``): an
+episode whose turns all agree gets ``behavior_logprobs``, any other keeps none and its flagged turns
+are counted in the summary. Build the dataset with the capture's ``--format``, ``--verify-turn`` and
+``--system-prompt``: they decide the conversation the log-probs are aligned to.
 
 Episode semantics are AWM's: a format error (unknown tool, invalid arguments) does not end the
 episode, its reward stays -1.0 (``--stop-on-format-error``: end at the first one). The
@@ -20,12 +35,13 @@ never shows the verifier to the policy, whose ``raw_result`` can give the answer
 ``--format awm-agent`` makes a model policy speak the official AWM agent's conversation (its
 system prompt, ``list_tools`` / ``call_tool``, its call parsing; ``echo_trl.envs.awm.agent_format``)
 and defaults ``--verify-turn`` to ``omit``; build the dataset with the same ``--format``.
+Replaying recorded episodes (``--policy replay:DIR``) logs, per step, whether the live observation
+equals the recorded one (timestamps normalised).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
 import sys
@@ -38,6 +54,7 @@ from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
 from ..outputs import check_output_dir
 from ..progress import progress
+from .capture_run import collect_local, episodes_per_task, model_policy
 from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
 REPLAY_HELP = """\
@@ -71,23 +88,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--hub-repo", default=None, help="Hub dataset id (default Snowflake/AgentWorldModel-1K)")
     p.add_argument("--revision", default=None, help="Hub revision")
-    p.add_argument("--scenario", required=True, help="scenario name, e.g. content_platform_1")
+    p.add_argument(
+        "--scenario", action="append", default=None, help="scenario name (repeatable), e.g. content_platform_1"
+    )
+    p.add_argument("--scenario-file", metavar="FILE", help="scenario names, one per line ('#' starts a comment)")
+    p.add_argument(
+        "--all-scenarios",
+        action="store_true",
+        help="every scenario of --data / --hub that has server code (the others are listed in the log)",
+    )
     p.add_argument(
         "--task-idx",
         type=int,
         action="append",
         default=None,
-        help="task index (repeatable); default: every task the policy can play",
+        help="task index (repeatable, for every scenario); default: every task the policy can play",
     )
-    p.add_argument("--policy", required=True, help="replay:FILE or model:PATH")
+    p.add_argument("--policy", required=True, help="replay:FILE, model:PATH or openai:URL")
     p.add_argument(
         "--episodes",
         type=int,
         default=None,
-        help="episodes per task (default 1; replaying recorded episodes: each recording once)",
+        help="episodes per task: a GRPO group (default 1; replaying recorded episodes: each recording once)",
     )
-    p.add_argument("--output", required=True, help="output directory")
-    p.add_argument("--max-steps", type=int, default=8, help="model policy: tool calls per episode (default 8)")
+    p.add_argument("--output", required=True, help="output directory (a rerun with the same one continues it)")
+    p.add_argument("--concurrency", type=int, default=1, help="episodes in flight at once (default 1)")
+    p.add_argument(
+        "--max-servers", type=int, default=None, help="scenario servers alive at once (default: --concurrency, <= 8)"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
+    srv = p.add_argument_group("openai:URL policy (an OpenAI-compatible server)")
+    srv.add_argument("--model", default=None, help="the served model's name (required with openai:URL)")
+    srv.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (default %(default)s)",
+    )
+    srv.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request (default 300)")
+    srv.add_argument("--max-retries", type=int, default=5, help="retries on 429 / 5xx / lost connections (default 5)")
+    srv.add_argument("--retry-backoff", type=float, default=1.0, help="first retry wait in seconds, doubling")
+    srv.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
+    srv.add_argument(
+        "--logprobs",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="ask for the sampler's token ids and log-probs (vLLM): auto falls back when the server refuses",
+    )
+    srv.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the trainer's tokenizer, to align sampled log-probs with its tokenization (default: --model)",
+    )
+    p.add_argument("--max-steps", type=int, default=8, help="model policy: turns per episode (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="model policy: tokens per turn (default 256)")
     p.add_argument("--temperature", type=float, default=1.0, help="model policy: sampling temperature")
     p.add_argument("--seed", type=int, default=0, help="model policy: sampling seed")
@@ -139,136 +191,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from ..envs.awm.episode import AWMRuntime
-    from ..envs.awm.policy import PolicyError, ReplayPolicy, play_episode
-    from ..envs.awm.scenario import HUB_REPO_ID, ScenarioSource
-
     if threading.current_thread() is threading.main_thread():
-        # SIGTERM -> SystemExit: the runtime's context manager still kills the server and removes its dir.
+        # SIGTERM -> SystemExit: finished episodes are written, the servers killed, their dirs removed.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.episodes is not None and args.episodes < 1:
         raise EchoTrlError("--episodes must be >= 1")
+    if args.concurrency < 1:
+        raise EchoTrlError("--concurrency must be >= 1")
     args.verify_turn = args.verify_turn or default_verify_turn(args.format)
     if args.stop_on_format_error and args.continue_after_format_error:
         raise EchoTrlError("--stop-on-format-error and --continue-after-format-error contradict each other")
     kind, _, target = args.policy.partition(":")
-    if kind not in ("replay", "model") or not target:
-        raise EchoTrlError(f"--policy must be replay:FILE or model:PATH, got {args.policy!r}")
+    if kind not in ("replay", "model", "openai") or not target:
+        raise EchoTrlError(f"--policy must be replay:FILE, model:PATH or openai:URL, got {args.policy!r}")
+    if kind == "model" and args.concurrency > 1:
+        raise EchoTrlError("--policy model: generates in this process, one episode at a time: use --concurrency 1")
     if args.openenv:
+        if len(args.scenario or []) != 1 or args.scenario_file or args.all_scenarios:
+            raise EchoTrlError("--openenv captures one scenario: give exactly one --scenario")
+        args.scenario = args.scenario[0]
         return _capture_openenv(args, kind, target)
-    source = (
-        ScenarioSource.from_dir(args.data)
-        if args.data
-        else ScenarioSource.from_hub(args.hub_repo or HUB_REPO_ID, revision=args.revision)
-    )
-    scenario = source.load(args.scenario)
-    if kind == "replay":
-        policy = ReplayPolicy.from_file(target)
-        tasks = args.task_idx or policy.tasks(scenario.name)
-        if not tasks:
-            raise PolicyError(f"the replay file has no scripts for scenario {scenario.name!r}")
-    else:
-        policy = _model_policy(args, target)
-        tasks = args.task_idx or list(range(len(scenario.tasks)))
-    for k in tasks:
-        scenario.task(k)  # range check with a clear error before anything starts
-    out = check_output_dir(Path(args.output))
+    if not (args.scenario or args.scenario_file or args.all_scenarios):
+        raise EchoTrlError("give --scenario NAME (repeatable), --scenario-file FILE or --all-scenarios")
+    checks: list[tuple[int, int, str]] = []
 
-    t0 = time.perf_counter()
-    counts: dict[str, int] = {}
-    rewards: dict[int, list[float]] = {}
-    jobs = _jobs(args, policy, scenario.name, tasks)
-    replay_checks: list[tuple[int, int, str]] = []
-    with AWMRuntime(
-        scenario,
-        tool_timeout=args.tool_timeout,
-        verifier_timeout=args.verifier_timeout,
-        verifier_mode=args.verifier_mode,
-        format_error_ends_episode=args.stop_on_format_error,
-        unsafe_no_sandbox=args.unsafe_no_sandbox,
-    ) as runtime:
-        t_ready = time.perf_counter()
-        with contextlib.ExitStack() as stack:
-            files = {
-                k: stack.enter_context(open(out / f"{scenario.name}_task{k}.jsonl", "a", encoding="utf-8"))
-                for k in tasks
-            }
-            for k, i in progress(jobs, desc=f"capture {scenario.name}", unit="episode", total=len(jobs)):
-                record = play_episode(policy, runtime.new_episode(k), i, args.verify_turn)
-                record["metadata"]["format"] = args.format
-                replay_checks.extend(_replay_check(record, k, i))
-                files[k].write(json.dumps(record, ensure_ascii=False) + "\n")
-                files[k].flush()
-                counts[record["reward_type"]] = counts.get(record["reward_type"], 0) + 1
-                rewards.setdefault(k, []).append(record["reward"])
-        timings = dict(runtime.timings)
-        containment = runtime.containment
-        database = runtime.build_report.summary() if runtime.build_report is not None else "-"
-    elapsed = time.perf_counter() - t0
-    loop = time.perf_counter() - t_ready
-    lines = [
-        f"scenario: {scenario.name}",
-        f"source: {source!r} ({json.dumps(scenario.sources)})",
-        f"database: {database}",
-        f"policy: {args.policy}",
-        f"tasks: {tasks}",
-        f"episodes: {len(jobs)} ({_per_task(jobs)} per task)",
-        f"format errors: {'end the episode' if args.stop_on_format_error else 'the episode goes on'}; "
-        f"verifier turn: {args.verify_turn}",
-        f"outcomes: {json.dumps(counts, sort_keys=True)}",
-        *_replay_lines(replay_checks),
-        "rewards per task: " + json.dumps({str(k): v for k, v in rewards.items()}),
-        f"containment: {'; '.join(containment.applied())}",
-        f"containment notes: {'; '.join(containment.notes) or '-'}",
-        f"unsafe-no-sandbox: {'yes (generated code ran uncontained)' if args.unsafe_no_sandbox else 'no'}",
-        f"timings (s): total {elapsed:.2f}, episodes {loop:.2f} ({len(jobs) / loop:.2f} episodes/s), "
-        + ", ".join(f"{k} {v:.3f}" for k, v in sorted(timings.items())),
-    ]
+    def replay_check(record: dict) -> None:
+        checks.extend(_replay_check(record, record["task_idx"], record["metadata"]["episode"]["index"]))
+
+    summary, lines, out = collect_local(args, kind, target, on_record=replay_check)
+    lines += _replay_lines(checks)
     with open(out / "capture_log.txt", "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")
     print("\n".join(lines), file=sys.stderr)
-    print(str(out))
+    print(json.dumps(summary) if args.json else str(out))
     return 0
-
-
-def _model_policy(args: argparse.Namespace, target: str):
-    from ..envs.awm.agent_format import AWMAgentModelPolicy
-    from ..envs.awm.policy import ModelPolicy
-
-    system_prompt = args.system_prompt or None
-    if args.format == "awm-agent":
-        cls = AWMAgentModelPolicy
-        system_prompt = None if args.system_prompt == DEFAULT_SYSTEM_PROMPT else system_prompt
-    else:
-        cls = ModelPolicy
-    return cls.from_pretrained(
-        target,
-        trust_remote_code=args.trust_remote_code,
-        max_steps=args.max_steps,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
-        system_prompt=system_prompt,
-    )
 
 
 def _jobs(args: argparse.Namespace, policy, scenario: str, tasks: list[int]) -> list[tuple[int, int]]:
     """(task, episode index) pairs: --episodes per task; recorded episodes each once by default."""
-    from ..envs.awm.policy import ReplayPolicy
-
-    def per_task(k: int) -> int:
-        if args.episodes is not None:
-            return args.episodes
-        if isinstance(policy, ReplayPolicy) and policy.recorded:
-            return max(1, policy.count(scenario, k))
-        return 1
-
-    return [(k, i) for k in tasks for i in range(per_task(k))]
-
-
-def _per_task(jobs: list[tuple[int, int]]) -> str:
-    counts = sorted({sum(1 for k2, _ in jobs if k2 == k) for k, _ in jobs})
-    return "/".join(map(str, counts))
+    return [(k, i) for k in tasks for i in range(episodes_per_task(args, policy, scenario, k))]
 
 
 def _replay_check(record: dict, task_idx: int, index: int) -> list[tuple[int, int, str]]:
@@ -310,7 +271,7 @@ def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
         policy = ReplayPolicy.from_file(target)
         tasks = args.task_idx or policy.tasks(args.scenario)
     else:
-        policy = _model_policy(args, target)
+        policy = model_policy(args, target)
         tasks = args.task_idx
     if not tasks:
         raise EchoTrlError("--openenv needs --task-idx (or a replay file with scripts for the scenario)")

@@ -64,9 +64,13 @@ def parse_json(text: str) -> Any:
     )
 
 
+#: Files echo-trl writes beside episodes that are not episodes: the skipped report, capture's state and summary.
+OWN_REPORTS = ("skipped.jsonl", "capture_state.json", "capture_summary.json")
+
+
 def is_episode_file(path: Path) -> bool:
     """An episode file by its suffix, in any case (``.JSON`` from some exporters), never our own report."""
-    return path.suffix.lower() in EPISODE_SUFFIXES and path.name != "skipped.jsonl" and not _collect_metadata(path)
+    return path.suffix.lower() in EPISODE_SUFFIXES and path.name not in OWN_REPORTS and not _collect_metadata(path)
 
 
 def _collect_metadata(path: Path) -> bool:

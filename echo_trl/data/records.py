@@ -8,6 +8,7 @@ reader and places every error at its file and record, so the readers never need 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,6 +52,22 @@ class SkippedRecord:
         except UnicodeEncodeError:
             return json.dumps(self.to_json(), ensure_ascii=True)
         return line
+
+
+def token_ids_hash(ids: list[int]) -> str:
+    """How a recorded sampler turn names the prompt the server tokenized (``prompt_tokens.sha256``): a short
+    hash of the token ids, compared with the trainer's own tokens without storing thousands of ids per turn."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
+def sampled_turns(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The turns a policy sampled for a recorded episode, in order: ``sampler.turns`` (``capture --policy openai:``),
+    else the ``policy`` entries of its steps (``--policy model:``); each may hold ``token_ids`` and ``logprobs``."""
+    sampler = record.get("sampler")
+    if isinstance(sampler, dict) and isinstance(sampler.get("turns"), list):
+        return sampler["turns"]
+    steps = [*(record.get("steps") or []), *([record["verification"]] if "verification" in record else [])]
+    return [s["policy"] for s in steps if isinstance(s, dict) and isinstance(s.get("policy"), dict)]
 
 
 def is_conversation(record: Any) -> bool:

@@ -16,6 +16,8 @@ One module per job::
     episode.py      AWMRuntime (one live scenario) and Episode (steps in the OpenEnv capture shape)
     rewards.py      reward type and reward per step, episode outcome, verify observation: the upstream server's
     policy.py       replay scripts / recorded episodes and model policies for ``echo-trl capture``
+    openai_policy.py a model behind an OpenAI-compatible server (vLLM, transformers serve ...), sampled turns kept
+    collect.py      many scenarios / tasks / episodes in flight over the pool, resumable output, the summary
     pool.py         scenario servers started lazily, pooled under a bound; sessions own their databases
     environment.py  TRL ``environment_factory`` (online GRPO / ECHO), one or many scenarios
     agent_format.py the official AWM agent's format, live (capture model policy, two-tool TRL environment)
@@ -48,6 +50,9 @@ _EXPORTS = {
     "ReplayPolicy": "policy",
     "ModelPolicy": "policy",
     "PolicyError": "policy",
+    "OpenAIClient": "openai_policy",
+    "OpenAIPolicy": "openai_policy",
+    "InferenceServerError": "openai_policy",
     "awm_environment_factory": "environment",
     "awm_task_dataset": "environment",
     "awm_environment_factories": "environment",

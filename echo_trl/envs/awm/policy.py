@@ -418,7 +418,8 @@ class ModelPolicy:
             episode.behavior_logprobs.extend(logprobs)
             parsed = parse_response(self.tokenizer, ids, prefix=prompt_ids, tools=tools)
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
-            policy = {"text": text, "token_ids": ids, "logprobs": logprobs}
+            usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)}
+            policy = {"text": text, "token_ids": ids, "logprobs": logprobs, "usage": usage}
             calls = parsed.get("tool_calls") or []
             if not calls:
                 episode.verify(final_answer=parsed.get("content") or "")

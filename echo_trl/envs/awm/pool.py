@@ -118,13 +118,15 @@ class _Prepared:
 
 @dataclass
 class PoolStats:
-    """Counters a benchmark reads: server starts (and their seconds), evictions, database restores."""
+    """Counters a benchmark reads: server starts (and their seconds), evictions, database restores; and each
+    scenario's database build report (for the capture log)."""
 
     starts: int = 0
     start_seconds: list[float] = field(default_factory=list)
     evictions: int = 0
     restores: int = 0
     waits: int = 0
+    databases: dict[str, str] = field(default_factory=dict)
 
 
 def _shutdown(slots: dict[int, _Slot], root: Path) -> None:
@@ -283,6 +285,8 @@ class ServerPool:
             ) from None
         self.stats.starts += 1
         self.stats.start_seconds.append(time.perf_counter() - t0)
+        if slot.runtime.build_report is not None:
+            self.stats.databases[scenario.name] = slot.runtime.build_report.summary()
 
     def _drop(self, slot: _Slot) -> None:
         with self._cond:
