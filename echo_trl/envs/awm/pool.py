@@ -222,9 +222,9 @@ class ServerPool:
     # -- leases ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _lease(self, name: str, occupant: str | None) -> Iterator[_Slot]:
+    def _lease(self, name: str, occupant: str | None, notes: list[str] | None = None) -> Iterator[_Slot]:
         scenario = self.scenario(name)
-        slot = self._acquire(scenario, occupant)
+        slot = self._acquire(scenario, occupant, notes)
         try:
             yield slot
         finally:
@@ -233,7 +233,8 @@ class ServerPool:
                 slot.state.last_used = next(self._clock)
                 self._cond.notify_all()
 
-    def _acquire(self, scenario: Scenario, occupant: str | None) -> _Slot:
+    def _acquire(self, scenario: Scenario, occupant: str | None, notes: list[str] | None = None) -> _Slot:
+        """A server of ``scenario`` for ``occupant``; a server found dead is replaced (and ``notes`` says so)."""
         deadline = time.monotonic() + self.wait_timeout
         while True:
             victim = None
@@ -263,6 +264,8 @@ class ServerPool:
             if decision.action == "reuse":
                 if slot.runtime is not None and slot.runtime.server is not None and slot.runtime.server.alive():
                     return slot
+                if notes is not None and slot.runtime is not None and slot.runtime.server is not None:
+                    notes.append(f"{slot.runtime.server.exit_description()}; restarted")
                 self._drop(slot)  # its server died since: start another
                 continue
             if victim is not None:
@@ -315,14 +318,18 @@ class ServerPool:
         session = PooledSession(self, scenario, self.root / "sessions" / f"{uuid.uuid4().hex}.db")
         session.write(prepared.snapshot)
         view = PooledRuntime(self, self.scenario(scenario), prepared, session, format_error_ends_episode)
-        return Episode(view, task, task_idx, session)  # type: ignore[arg-type]
+        episode = Episode(view, task, task_idx, session)  # type: ignore[arg-type]
+        session.notes = episode.notes  # a server replaced during the episode is noted in its record
+        return episode
 
     def call_tool(
         self, session: PooledSession, name: str, arguments: dict[str, Any], timeout: float | None
     ) -> ToolOutcome:
         """One tool call of ``session`` on a leased server holding the session's database."""
-        with self._lease(session.scenario, session.id) as slot:
-            assert slot.runtime is not None and slot.mcp is not None and slot.runtime.server is not None
+        with self._lease(session.scenario, session.id, session.notes) as slot:
+            assert slot.runtime is not None and slot.runtime.server is not None
+            if slot.mcp is None:  # the last call on this server failed (e.g. timed out): a fresh MCP session
+                slot.mcp = slot.runtime._session()
             server = session.server = slot.runtime.server
             try:
                 if slot.state.occupant != session.id:
@@ -339,6 +346,9 @@ class ServerPool:
                 slot.state.occupant = None  # unknown state: restore before the next call
                 with contextlib.suppress(Exception):
                     session.write(server.save_database())
+                with contextlib.suppress(Exception):  # a failed call leaves its MCP session unusable
+                    slot.mcp.close()
+                slot.mcp = None
                 raise
             try:
                 session.write(server.save_database())
@@ -401,6 +411,7 @@ class PooledSession:
         self.pool, self.scenario, self.db = pool, scenario, db
         self.id = db.stem
         self.server = None  # the server of the last call (the episode reports its state on failures)
+        self.notes: list[str] = []
 
     def read(self) -> bytes:
         """The session's database image (a file in the pool's private dir, written only by the host)."""

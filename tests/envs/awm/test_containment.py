@@ -140,6 +140,17 @@ def _episode(run: dict, label: str, after: int = 0) -> dict:
     return run["episodes"][i + after]
 
 
+def _served_by_a_live_server(episode: dict) -> bool:
+    """Every step of ``episode`` was answered by a running scenario server (no environment failure):
+    after the previous episode's server exited or was stopped, that means a new one was started."""
+    return all("environment failure" not in str(s["observation"].get("error", "")) for s in episode["steps"])
+
+
+def _error_text(obs: dict) -> str:
+    """An error observation's text: a tool step's ``error``, or a verify step's ``error_message``."""
+    return str(obs.get("error") or obs.get("verify_result", {}).get("error_message") or "")
+
+
 def _probe(attack, name: str) -> dict:
     return _episode(attack, f"{name}/None")["steps"][0]["observation"]
 
@@ -242,20 +253,22 @@ def test_a_huge_tool_reply_is_cut_at_the_cap_and_the_episode_kept(attack):
 
 def test_a_linked_app_file_is_never_written_through_at_the_restart(attack):
     assert "the scenario server exited" in _probe(attack, "app_symlink")["error"]
-    assert any("restarted" in n for n in _episode(attack, "app_symlink/None", after=1)["metadata"]["notes"])
+    assert _served_by_a_live_server(_episode(attack, "app_symlink/None", after=1))  # a restart, no file written
     assert not Path(attack["conf"]["pth"]).exists()  # the host wrote no code to the link's target
 
 
 def test_a_linked_live_database_reaches_no_host_database(attack):
-    verify = _episode(attack, "db_symlink/plain")["steps"][-1]["observation"]
-    assert not verify["verify_result"].get("raw_result", {}).get("probes", {}).get("final_has_secret"), verify
+    last = _episode(attack, "db_symlink/plain")["steps"][-1]["observation"]
+    # the verifier ran on the session's own database, or the server could not hand its database over
+    assert not last.get("verify_result", {}).get("raw_result", {}).get("probes", {}).get("final_has_secret"), last
+    assert "verify_result" in last or last["reward_type"] == "server_error", last
     assert hashlib.sha256(Path(attack["conf"]["secret_db"]).read_bytes()).hexdigest() == attack["secret_db_hash"]
     assert f"DB-SECRET-{attack['marker']}" not in attack["raw"]
 
 
 def test_a_verifier_cannot_make_the_host_read_its_log_through_a_link(attack):
     verify = _episode(attack, "/log_secret")["steps"][-1]["observation"]
-    assert verify["verify_result"]["error_type"] == "VerifierCrashed" and "exit code 3" in str(verify)
+    assert verify["metadata"]["error_type"] == "VerifierCrashed" and "exit code 3" in str(verify)
     assert attack["secret"] not in attack["raw"]
 
 
@@ -311,9 +324,9 @@ def test_the_hosts_session_keyring_is_out_of_reach(hostile):
 
 def test_a_corrupted_live_database_is_an_error_observation_and_the_next_episode_restarts(hostile):
     assert hostile["proc"].returncode == 0, hostile["proc"].stderr[-3000:]
-    verify = _episode(hostile, "corrupt_db/plain")["steps"][-1]["observation"]
-    assert verify["reward_type"] in ("server_error", "judge_error") and verify["verify_result"]["error_message"]
-    assert any("restarted" in n for n in _episode(hostile, "corrupt_db/plain", after=1)["metadata"]["notes"])
+    last = _episode(hostile, "corrupt_db/plain")["steps"][-1]["observation"]
+    assert last["reward_type"] in ("server_error", "judge_error") and _error_text(last), last
+    assert _served_by_a_live_server(_episode(hostile, "corrupt_db/plain", after=1))
 
 
 @pytest.mark.parametrize(
@@ -328,7 +341,7 @@ def test_a_corrupted_live_database_is_an_error_observation_and_the_next_episode_
 def test_odd_verifier_results_are_error_observations(hostile, mode, error_type, reason):
     assert hostile["proc"].returncode == 0, hostile["proc"].stderr[-3000:]
     verify = _episode(hostile, f"/{mode}")["steps"][-1]["observation"]
-    assert verify["reward_type"] == "judge_error" and verify["verify_result"]["error_type"] == error_type
+    assert verify["reward_type"] == "judge_error" and verify["metadata"]["error_type"] == error_type
     assert reason in verify["verify_result"]["error_message"] and len(json.dumps(verify)) < 10_000
 
 
