@@ -139,7 +139,7 @@ def _processes_with(marker: str) -> list[int]:
 # --------------------------------------------------------------------------------------------
 # What the verifier process leaves is untrusted: odd results are verifier errors, never crashes.
 
-LIBRARY = Path(__file__).resolve().parents[1] / "data" / "awm_scenarios"
+LIBRARY = Path(__file__).resolve().parents[3] / "data" / "awm_scenarios"
 
 # The verifier's code writes RESULT itself and exits before the bootstrap would: RESULT is the last
 # argument of the bootstrap (a descriptor the host passed, or, in older layouts, a path).
