@@ -222,8 +222,8 @@ def test_an_early_stop_at_a_format_error_agrees(runtimes, playback, monkeypatch,
 def test_the_client_never_sends_arguments_that_are_not_an_object(playback):
     rec = RECORDINGS[NOT_AN_OBJECT]
     sent = {**rec, "exchanges": [ex for i, ex in enumerate(rec["exchanges"]) if i != 2]}  # the refused message
+    playback.recording, playback.unexpected = sent, []  # before connecting: the handler reads it per connection
     with OpenEnvAWMClient(playback.url) as client:
-        playback.recording, playback.unexpected = sent, []
         ep = RemoteEpisode(client, "library_1", 0)
         obs = ep.call_tool("get_member", "abc")
         ep.end_without_verifying()
