@@ -10,7 +10,7 @@ The models are random-init configs of real architectures (Qwen2, Qwen3, Llama). 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -88,14 +88,21 @@ def trl_chat_template(name: str) -> str:
     return (resources.files("trl") / "chat_templates" / f"{name}.jinja").read_text(encoding="utf-8")
 
 
-def build_tiny_tokenizer(family: str = "qwen3", corpus: Iterable[str] = (), vocab_size: int = 1024):
-    """A byte-level BPE tokenizer with a real TRL chat template, trained locally on ``corpus``."""
+def bpe_tokenizer(
+    *,
+    special: Sequence[str],
+    chat_template: str,
+    corpus: Iterable[str],
+    eos: str | None,
+    bos: str | None = None,
+    added: Sequence[str] = (),
+    vocab_size: int = 1024,
+):
+    """A byte-level BPE tokenizer trained locally on ``corpus``, carrying a family's special tokens (the first
+    is its pad token), its added tokens and its chat template: the one builder of every tiny tokenizer."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if family not in FAMILIES:
-        raise ValueError(f"unknown template family {family!r}; choose one of {', '.join(FAMILIES)}")
-    fam = FAMILIES[family]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -106,23 +113,39 @@ def build_tiny_tokenizer(family: str = "qwen3", corpus: Iterable[str] = (), voca
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(fam.special),
+        special_tokens=list(special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([*_BASE_CORPUS, *corpus], trainer=trainer)
-    if fam.added:
-        tok.add_tokens(list(fam.added))
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    if added:
+        tok.add_tokens(list(added))
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        eos_token=fam.eos,
-        pad_token=fam.special[0],
-        bos_token=fam.bos,
+        eos_token=eos,
+        pad_token=special[0],
+        bos_token=bos,
         unk_token=None,
         model_max_length=1 << 20,
     )
-    hf.chat_template = trl_chat_template(fam.template)
+    hf.chat_template = chat_template
     return hf
+
+
+def build_tiny_tokenizer(family: str = "qwen3", corpus: Iterable[str] = (), vocab_size: int = 1024):
+    """A byte-level BPE tokenizer with a real TRL chat template, trained locally on ``corpus``."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown template family {family!r}; choose one of {', '.join(FAMILIES)}")
+    fam = FAMILIES[family]
+    return bpe_tokenizer(
+        special=fam.special,
+        chat_template=trl_chat_template(fam.template),
+        corpus=[*_BASE_CORPUS, *corpus],
+        eos=fam.eos,
+        bos=fam.bos,
+        added=fam.added,
+        vocab_size=vocab_size,
+    )
 
 
 def build_tiny_model(

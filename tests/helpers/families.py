@@ -339,45 +339,20 @@ CORPUS = [
     "<parameter=query>\nvalue\n</parameter>\n</function>\nfunctions.lookup:0 to=assistant commentary json",
 ]
 
-#: The pre-tokenization regex of the Qwen2/Qwen3 and Llama-3 tokenizers (BPE merges cross the same boundaries).
-PRETOKENIZE = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
 
 @functools.cache
 def family_tokenizer(family: str, vocab_size: int = 1024):
     """A tiny byte-level BPE tokenizer with ``family``'s special tokens and real chat template (cached: treat it
     as read-only)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from echo_trl.demo.tiny import bpe_tokenizer
 
     spec = tokens_of(family)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PRETOKENIZE), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
+    return bpe_tokenizer(
+        special=spec.special,
+        chat_template=template_text(family),
+        corpus=CORPUS,
+        eos=spec.eos,
+        bos=spec.bos,
+        added=spec.added,
         vocab_size=vocab_size,
-        special_tokens=list(spec.special),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
     )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    if spec.added:
-        tok.add_tokens(list(spec.added))
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=spec.eos,
-        pad_token=spec.special[0],
-        bos_token=spec.bos,
-        unk_token=None,
-        model_max_length=1 << 20,
-    )
-    hf.chat_template = template_text(family)
-    return hf
