@@ -33,6 +33,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.utils.chat_template_utils import render_jinja_template
+
 from ..errors import TemplateError
 
 #: Stand-in for special-token text inside the conversation when locating the template's own special tokens.
@@ -116,8 +118,24 @@ def adapt_messages(messages: list[dict], style: MessageStyle) -> list[dict]:
 
 
 def render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
-    """The template's render of ``messages``; any template failure is a :class:`TemplateError`."""
+    """The template's render of ``messages``; any template failure is a :class:`TemplateError`.
+
+    ``apply_chat_template`` drops every None-valued message field before rendering, so a template that renders
+    tool calls only for ``content`` none (DeepSeek-R1-Distill: the OpenAI convention for a turn that only calls
+    tools) could never show them. Messages carrying such a None are rendered by transformers' own renderer with
+    everything ``apply_chat_template`` passes it (the template it picks for ``tools``, the special tokens), the
+    None kept; all other messages go through ``apply_chat_template`` itself.
+    """
     try:
+        if any(m.get("content", "") is None for m in messages):
+            rendered, _ = render_jinja_template(
+                conversations=[messages],
+                tools=tools or None,
+                chat_template=tokenizer.get_chat_template(None, tools or None),
+                add_generation_prompt=add_generation_prompt,
+                **tokenizer.special_tokens_map,
+            )
+            return rendered[0]
         return tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
         )
