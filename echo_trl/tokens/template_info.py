@@ -127,9 +127,13 @@ def render(tokenizer, messages: list[dict], tools: list[dict] | None, add_genera
     None kept; all other messages go through ``apply_chat_template`` itself.
     """
     try:
-        if any(m.get("content", "") is None for m in messages):
+        if any(m.get("content", "") is None and m.get("tool_calls") for m in messages):
+            kept = [
+                {k: v for k, v in m.items() if v is not None or (k == "content" and m.get("tool_calls"))}
+                for m in messages
+            ]  # only a tool-call turn's content None is kept; other None fields are dropped as transformers does
             rendered, _ = render_jinja_template(
-                conversations=[messages],
+                conversations=[kept],
                 tools=tools or None,
                 chat_template=tokenizer.get_chat_template(None, tools or None),
                 add_generation_prompt=add_generation_prompt,
@@ -274,7 +278,7 @@ def _choose_style(tokenizer, probe: _Probe, tools) -> tuple[MessageStyle, str]:
         dropped_tools |= not outputs_shown
     if dropped_calls:
         why = (
-            "; with content None it fails, as transformers drops None-valued fields before rendering "
+            "; with content None it fails "
             f"({none_failure.removeprefix('chat template failed to render the conversation: ')})"
             if none_failure and "tool_calls" in str(tokenizer.chat_template)
             else "; the template never reads tool_calls"

@@ -145,7 +145,7 @@ REFUSED: dict[str, str] = {
 
 ALL = sorted({*trl_template_names(), *OFFICIAL, *SAME_AS_TRL})
 #: A few families train two offline steps (the trainer is slow on a small CPU; tokenization covers all).
-TRAINED = ("gptoss", "glm4_6", "mistral_nemo", "gemma4_v5", "kimi_k2")
+TRAINED = ("gptoss", "glm4_6", "mistral_nemo", "gemma4_v5", "kimi_k2", "deepseek_r1_distill")
 
 
 def test_every_template_is_in_the_matrix():
