@@ -421,3 +421,20 @@ def test_r1_distill_refuses_text_beside_calls(family):
     with pytest.raises(TemplateError, match=r"only for an assistant message whose content is None.*message 0") as e:
         tokenize_with_roles(family_tokenizer(family), t)
     assert "\n" not in str(e.value)
+
+
+def test_r1_distill_none_content_survives_the_dataset():
+    """A tool-call turn recorded with content None keeps it through the Arrow row (a nullable string), and the
+    row tokenizes exactly as the trajectory: the calls R1-Distill renders only for None are in the action."""
+    from echo_trl.data.build import trajectories_to_dataset
+
+    t = hard_trajectory()
+    t.completion = [{**m, "content": None} if m.get("tool_calls") else m for m in t.completion]
+    row = trajectories_to_dataset([t])[0]
+    assert [m["content"] for m in row["completion"] if m["tool_calls"]] == [None] * 5
+    tok = family_tokenizer("deepseek_r1_distill")
+    from_row, from_trajectory = tokenize_with_roles(tok, row), tokenize_with_roles(tok, t)
+    assert from_row.input_ids == from_trajectory.input_ids
+    assert from_row.roles.tolist() == from_trajectory.roles.tolist()
+    action = tok.decode([i for i, r in zip(from_row.input_ids, from_row.roles, strict=True) if r == ACTION])
+    assert action.count("<｜tool▁call▁begin｜>") == 5 and 'blue \\"pens\\" 4' in action
