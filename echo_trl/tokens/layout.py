@@ -290,13 +290,21 @@ def payload_pieces(message: dict) -> list[tuple[list[str], bool]]:
     return pieces
 
 
-def _payload_span(occ: Occurrences, message: dict, i: int, start: int, end: int) -> tuple[int, int]:
+def _payload_span(
+    occ: Occurrences, message: dict, i: int, start: int, end: int, none_only: bool = False
+) -> tuple[int, int]:
     """(first, last) character of assistant message ``i``'s payload in ``[start, end)``, searched in render
-    order; an error when a tool call's name is not there."""
+    order; an error when a tool call's name is not there (``none_only``: the template shows calls only for
+    a message whose content is None, so a message with text and calls loses its calls)."""
     first, pos = -1, start
     for forms, required in payload_pieces(message):
         hits = [(at, at + len(f)) for f in forms if f and (at := occ.find(f, pos)) != -1 and at + len(f) <= end]
         if not hits:
+            if required and none_only and (message.get("content") or "").strip():
+                raise TemplateError(
+                    "chat template renders tool calls only for an assistant message whose content is None; "
+                    f"completion message {i} has both text and tool_calls, so its call {forms[0]!r} is not shown"
+                )
             if required:
                 raise TemplateError(
                     "chat template does not render assistant tool_calls (no tool-calling support?): "
@@ -326,7 +334,7 @@ def _action_span(
         start = anchor + len(key)
     else:
         raise TemplateError(f"cannot find where the model's turn begins for completion message {i}")
-    _, payload_end = _payload_span(occ, message, i, start, limit)
+    _, payload_end = _payload_span(occ, message, i, start, limit, info.style.none_content)
     at, end = occ.first_of(info.stops, payload_end, limit)
     if at == -1:
         if not last:

@@ -33,6 +33,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.utils.chat_template_utils import render_jinja_template
+
 from ..errors import TemplateError
 
 #: Stand-in for special-token text inside the conversation when locating the template's own special tokens.
@@ -116,8 +118,28 @@ def adapt_messages(messages: list[dict], style: MessageStyle) -> list[dict]:
 
 
 def render(tokenizer, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:
-    """The template's render of ``messages``; any template failure is a :class:`TemplateError`."""
+    """The template's render of ``messages``; any template failure is a :class:`TemplateError`.
+
+    ``apply_chat_template`` drops every None-valued message field before rendering, so a template that renders
+    tool calls only for ``content`` none (DeepSeek-R1-Distill: the OpenAI convention for a turn that only calls
+    tools) could never show them. Messages carrying such a None are rendered by transformers' own renderer with
+    everything ``apply_chat_template`` passes it (the template it picks for ``tools``, the special tokens), the
+    None kept; all other messages go through ``apply_chat_template`` itself.
+    """
     try:
+        if any(m.get("content", "") is None and m.get("tool_calls") for m in messages):
+            kept = [
+                {k: v for k, v in m.items() if v is not None or (k == "content" and m.get("tool_calls"))}
+                for m in messages
+            ]  # only a tool-call turn's content None is kept; other None fields are dropped as transformers does
+            rendered, _ = render_jinja_template(
+                conversations=[kept],
+                tools=tools or None,
+                chat_template=tokenizer.get_chat_template(None, tools or None),
+                add_generation_prompt=add_generation_prompt,
+                **tokenizer.special_tokens_map,
+            )
+            return rendered[0]
         return tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
         )
@@ -256,7 +278,7 @@ def _choose_style(tokenizer, probe: _Probe, tools) -> tuple[MessageStyle, str]:
         dropped_tools |= not outputs_shown
     if dropped_calls:
         why = (
-            "; with content None it fails, as transformers drops None-valued fields before rendering "
+            "; with content None it fails "
             f"({none_failure.removeprefix('chat template failed to render the conversation: ')})"
             if none_failure and "tool_calls" in str(tokenizer.chat_template)
             else "; the template never reads tool_calls"

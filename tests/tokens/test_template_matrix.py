@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.families import OFFICIAL, SAME_AS_TRL, family_tokenizer, trl_template_names
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from echo_trl.errors import TemplateError
 from echo_trl.roles import Role, Trajectory, tool_call
@@ -75,7 +76,8 @@ EXACT: dict[str, tuple[str, str, str]] = {
     **dict.fromkeys(["gptoss", "gptoss_training"], ("<|start|>assistant", "<|call|>", "<|return|>")),
     **dict.fromkeys(["muse_glimmer", "muse_glimmer_training"], ("<|start|>assistant", "<|eot|>", "<|eot|>")),
     **dict.fromkeys(
-        ["deepseekv3", "deepseekv3_training"], ("<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>")
+        ["deepseekv3", "deepseekv3_training", "deepseek_r1_distill", "deepseek_r1_distill_training"],
+        ("<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     ),
     "deepseek_v3_1": ("<｜Assistant｜></think>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     **dict.fromkeys(["gemma4", "gemma4_v3", "gemma4_v4", "gemma4_v5"], GEMMA4),
@@ -93,14 +95,23 @@ EXACT: dict[str, tuple[str, str, str]] = {
 
 #: Where a turn that follows a tool result begins, for templates that render it differently.
 AFTER_TOOL = {
-    **dict.fromkeys(["deepseekv3", "deepseekv3_training"], "<｜tool▁output▁end｜>"),  # no header after tools
+    **dict.fromkeys(
+        ["deepseekv3", "deepseekv3_training", "deepseek_r1_distill", "deepseek_r1_distill_training"],
+        "<｜tool▁output▁end｜>",
+    ),  # no header after tools
     "deepseek_v3_1": "<｜tool▁output▁end｜>",
     **dict.fromkeys(["gemma4", "gemma4_v3", "gemma4_v4", "gemma4_v5"], "<tool_response|>"),  # one turn stays open
     **dict.fromkeys(["diffusion_gemma", "diffusion_gemma_training"], "<tool_response|>"),
     **dict.fromkeys(["mistral_nemo", "mistral_small_3_2"], "[/TOOL_RESULTS]"),  # ignores add_generation_prompt
 }
 #: DeepSeek-V3 renders the end of the tool outputs as part of a final answer that follows them.
-FINAL_AFTER_TOOL = {"deepseekv3": "<｜tool▁outputs▁end｜>", "deepseekv3_training": "<｜tool▁outputs▁end｜>"}
+FINAL_AFTER_TOOL = dict.fromkeys(
+    ["deepseekv3", "deepseekv3_training", "deepseek_r1_distill", "deepseek_r1_distill_training"],
+    "<｜tool▁outputs▁end｜>",
+)
+#: DeepSeek-R1-Distill closes only calls after the conversation's first one (its ``is_first`` flag is never
+#: reset): the first call's turn ends with the call itself, the tool outputs follow it directly.
+FIRST_CALL_END = dict.fromkeys(["deepseek_r1_distill", "deepseek_r1_distill_training"], "<｜tool▁call▁end｜>")
 
 NO_CALLS = "renders no assistant tool_calls"
 NO_TOOL_ROLE = "has no tool role"
@@ -124,8 +135,6 @@ REFUSED: dict[str, str] = {
         ],
         NO_CALLS + r".*never reads tool_calls",
     ),
-    # Calls are rendered only for content None, which transformers drops before rendering.
-    **dict.fromkeys(["deepseek_r1_distill", "deepseek_r1_distill_training"], NO_CALLS + r".*content None"),
     **dict.fromkeys(
         ["gemma3", "gemma3_training", "cohere", "cohere_training", "cohere2", "cohere2_training"], NO_TOOL_ROLE
     ),
@@ -136,7 +145,7 @@ REFUSED: dict[str, str] = {
 
 ALL = sorted({*trl_template_names(), *OFFICIAL, *SAME_AS_TRL})
 #: A few families train two offline steps (the trainer is slow on a small CPU; tokenization covers all).
-TRAINED = ("gptoss", "glm4_6", "mistral_nemo", "gemma4_v5", "kimi_k2")
+TRAINED = ("gptoss", "glm4_6", "mistral_nemo", "gemma4_v5", "kimi_k2", "deepseek_r1_distill")
 
 
 def test_every_template_is_in_the_matrix():
@@ -205,14 +214,28 @@ def rendered(tok, t: Trajectory) -> str:
         ],
     ]
     attempts = [base, _json_args(base), _with_ids(base), _with_ids(_json_args(base))]
-    for messages in attempts:
+    for messages in [*attempts, _none_content(_json_args(base))]:
         try:
-            text = tok.apply_chat_template(messages, tools=t.tools, tokenize=False)
+            text = _render_keeping_none(tok, messages, t.tools)
         except Exception:  # noqa: BLE001 - the template rejects this shape; try the next
             continue
         if '"pens" 0' in text or '\\"pens\\" 0' in text:
             return text
     raise AssertionError("no shape renders the calls")
+
+
+def _render_keeping_none(tok, messages, tools) -> str:
+    """``apply_chat_template``, or, for messages with content None (which it drops), transformers' renderer
+    given the same template and special tokens."""
+    if all(m.get("content") is not None for m in messages):
+        return tok.apply_chat_template(messages, tools=tools, tokenize=False)
+    return render_jinja_template(
+        conversations=[messages], tools=tools, chat_template=tok.chat_template, **tok.special_tokens_map
+    )[0][0]
+
+
+def _none_content(messages):
+    return [{**m, "content": None} if m.get("tool_calls") and not m["content"] else m for m in messages]
 
 
 def _json_args(messages):
@@ -270,7 +293,7 @@ def test_exact_roles(family):
         if m.get("tool_calls"):
             fn = m["tool_calls"][0]["function"]
             assert fn["name"] in action and "pens" in action
-            assert action.endswith(end_call), (family, k, action[-60:])
+            assert action.endswith(FIRST_CALL_END.get(family, end_call) if k == 0 else end_call), (family, k)
         else:
             assert "All done: 3 pens." in action
             assert action.endswith(end_final) and (end_final or b == len(text)), (family, action[-60:])
@@ -388,3 +411,30 @@ def test_two_offline_steps_train(family, tmp_path):
     assert any(not np.allclose(a.numpy(), p.detach().numpy()) for a, p in zip(before, model.parameters(), strict=True))
     logged = [h for h in trainer.state.log_history if "loss" in h]
     assert logged and all(np.isfinite(h["loss"]) for h in logged)
+
+
+@pytest.mark.parametrize("family", ["deepseek_r1_distill", "deepseek_r1_distill_training"])
+def test_r1_distill_refuses_text_beside_calls(family):
+    """R1-Distill shows a turn's calls only when its content is None: a turn with text and calls would lose them."""
+    t = hard_trajectory()
+    t.completion[0] = {**t.completion[0], "content": "Searching first."}
+    with pytest.raises(TemplateError, match=r"only for an assistant message whose content is None.*message 0") as e:
+        tokenize_with_roles(family_tokenizer(family), t)
+    assert "\n" not in str(e.value)
+
+
+def test_r1_distill_none_content_survives_the_dataset():
+    """A tool-call turn recorded with content None keeps it through the Arrow row (a nullable string), and the
+    row tokenizes exactly as the trajectory: the calls R1-Distill renders only for None are in the action."""
+    from echo_trl.data.build import trajectories_to_dataset
+
+    t = hard_trajectory()
+    t.completion = [{**m, "content": None} if m.get("tool_calls") else m for m in t.completion]
+    row = trajectories_to_dataset([t])[0]
+    assert [m["content"] for m in row["completion"] if m["tool_calls"]] == [None] * 5
+    tok = family_tokenizer("deepseek_r1_distill")
+    from_row, from_trajectory = tokenize_with_roles(tok, row), tokenize_with_roles(tok, t)
+    assert from_row.input_ids == from_trajectory.input_ids
+    assert from_row.roles.tolist() == from_trajectory.roles.tolist()
+    action = tok.decode([i for i, r in zip(from_row.input_ids, from_row.roles, strict=True) if r == ACTION])
+    assert action.count("<｜tool▁call▁begin｜>") == 5 and 'blue \\"pens\\" 4' in action
