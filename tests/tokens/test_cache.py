@@ -11,6 +11,7 @@ from datasets import Value
 from helpers.arrow_edit import redact_in_place
 from helpers.shared_data import REPO
 from helpers.tiny import tiny_tokenizer
+from helpers.tmpfs import fill, small_tmpfs
 
 from echo_trl.data.build import build_awm_dataset
 from echo_trl.data.store import load_echo_dataset
@@ -151,3 +152,20 @@ def test_an_edit_reaches_datasets_own_caches_through_the_loader(bundled, tmp_pat
     assert not any(EMAIL in _tool_outputs(r) for r in again)
     tokens = tokenize_dataset(again, tok)
     assert all(tokens[i][IDS_COLUMN] == tokenize_with_roles(tok, again[i]).input_ids for i in range(len(again)))
+
+
+def test_a_full_disk_while_caching_tokens_is_one_line_and_leaves_nothing(bundled, tmp_path, monkeypatch):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
+    with small_tmpfs(tmp_path / "small", 4 << 20) as disk:
+        bundled.save_to_disk(str(disk / "ds"))
+        before = sorted(os.listdir(disk / "ds"))
+        fill(disk, leave=64 << 10)  # the dataset fits, its token cache (every column plus the tokens) does not
+        with pytest.raises(EchoTrlError) as info:
+            tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
+        message = str(info.value)
+        assert "\n" not in message and message.startswith(str(disk / "ds" / "echo-tokens-")), message
+        assert "no space left on device (needs about" in message
+        assert sorted(os.listdir(disk / "ds")) == before  # no tmpXXXX, no partial cache file
+        (disk / "ballast").unlink()  # space again: the same call now caches the tokens
+        tokens = tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
+        assert tokens[0][IDS_COLUMN] == tokenize_with_roles(tiny_tokenizer("qwen3"), bundled[0]).input_ids
