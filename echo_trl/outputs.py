@@ -36,14 +36,14 @@ _AT_FDCWD = -100
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it was raised while handling) is "no space left" (also arrow's wording, whose
-    ``OSError`` carries no errno, and a full quota)."""
+    """Whether ``exc`` (or an error it was raised while handling) is "no space left": by errno (a full disk or
+    quota), or by the system's wording where a library passes only the text on (arrow, safetensors)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, OSError) and (
-            exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
-        ):
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
