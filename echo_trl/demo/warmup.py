@@ -11,9 +11,9 @@ template's tool-message wrappers stay as input only.
 
 The warmed model is saved next to the base model, in a directory keyed by the base model, the
 data and every warm-up setting, so reruns reuse it. Both arms of a comparison (ECHO and lambda = 0)
-then start from this same checkpoint. The directory appears whole or not at all: it is written as a
-temporary sibling and renamed into place, so two demos warming up at once never let a reader see the
-other's half-written weights (the first rename wins; the other's copy, identical, is discarded).
+then start from this same checkpoint. The directory appears whole or not at all
+(:func:`~echo_trl.demo.publish.publish_dir`): two demos warming up at once never let a reader see the
+other's half-written weights.
 
 torch, transformers and the tokenizer code load inside the functions that use them: the demo's
 command line (:func:`add_warmup_arguments`) parses without them.
@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EchoTrlError
-from ..outputs import disk_full_error, is_disk_full
 from ..roles import Role
+from .publish import finished_record, publish_dir
 
 #: Bumped whenever what the warm-up computes changes (invalidates cached checkpoints).
 WARMUP_VERSION = 1
@@ -158,7 +154,7 @@ def warm_up_tiny_model(
     tokenizer = AutoTokenizer.from_pretrained(base)
     examples = warmup_examples(tokenizer, rows, settings.max_completion_length)
     path = base.parent / f"{base.name}-warm-{_digest(base, examples, settings)}"
-    cached = _cached_record(path)
+    cached = finished_record(path, MARKER)
     if cached is not None:
         return path, {**cached, "cached": True}
     model = AutoModelForCausalLM.from_pretrained(base)
@@ -175,7 +171,7 @@ def warm_up_tiny_model(
         "version": WARMUP_VERSION,
     }
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    _publish(path, lambda tmp: _save(tmp, tokenizer, model, record), needs=weights)
+    publish_dir(path, MARKER, lambda tmp: _save(tmp, tokenizer, model, record), needs=weights)
     if log:
         log(
             f"warm-up: {settings.steps} steps in {record['seconds']}s, loss {record['loss_first']:.3f} -> "
@@ -184,45 +180,7 @@ def warm_up_tiny_model(
     return path, {**record, "cached": False}
 
 
-def _cached_record(path: Path) -> dict[str, Any] | None:
-    """The record of a finished warm-up at ``path``, or ``None`` (absent, or a directory an older version left
-    half-written: its marker missing or unreadable)."""
-    try:
-        record = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _save(directory: Path, tokenizer, model, record: dict[str, Any]) -> None:
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)
-    (directory / MARKER).write_text(json.dumps(record, indent=2), encoding="utf-8")
-
-
-def _publish(path: Path, write, *, needs: int) -> None:
-    """``write`` a temporary sibling of ``path``, then rename it to ``path`` in one step; the temporary directory is
-    removed whatever happens. Another writer's finished ``path`` wins; one without a readable marker is replaced.
-    A full disk (``needs``: about the bytes written) is one line naming ``path``."""
-    tmp = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        write(tmp)
-    except Exception as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if is_disk_full(exc) or shutil.disk_usage(path.parent).free < needs:
-            raise disk_full_error(path, needs) from None
-        raise
-    try:
-        for _ in range(2):
-            try:
-                os.rename(tmp, path)
-                return
-            except OSError:  # path exists (a non-empty directory cannot be renamed over)
-                if _cached_record(path) is not None:
-                    return
-                shutil.rmtree(path, ignore_errors=True)  # half-written by an older version: replace it
-        raise EchoTrlError(f"{path}: cannot put the warmed model there (another process keeps replacing it)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    (directory / MARKER).write_text(json.dumps(record, indent=2), encoding="utf-8")  # last: marks it finished

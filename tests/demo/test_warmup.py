@@ -111,19 +111,20 @@ def _copy_base(model, where):
     return where / "tiny"
 
 
-def _loads(path) -> bool:
+def _loads(path, marker="echo_trl_warmup.json") -> bool:
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     try:
-        json.loads((path / "echo_trl_warmup.json").read_text())
+        json.loads((path / marker).read_text())
         AutoModelForCausalLM.from_pretrained(path)
     except (OSError, ValueError, SafetensorError):
         return False
     return True
 
 
-def test_racing_writers_never_show_a_reader_a_half_written_cache(setup, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cache", ["warm-up", "tiny base model"])
+def test_racing_writers_never_show_a_reader_a_half_written_cache(setup, cache, tmp_path, monkeypatch):
     """Writer A is held at the instant its model.safetensors is half-written, after writer B finished the same
     cache entry: a reader then must get B's whole model (or nothing), and A's finish must leave it whole."""
     import threading
@@ -131,8 +132,20 @@ def test_racing_writers_never_show_a_reader_a_half_written_cache(setup, tmp_path
     from transformers import PreTrainedModel
 
     ds, model = setup
-    base = _copy_base(model, tmp_path)
-    settings = WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=3)
+    if cache == "warm-up":
+        base = _copy_base(model, tmp_path)
+        settings = WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=3)
+        marker = "echo_trl_warmup.json"
+
+        def build():
+            return warm_up_tiny_model(base, ds, settings)[0]
+
+    else:
+        marker = "echo_trl_tiny.json"
+
+        def build():
+            return ensure_tiny_model(tmp_path / "tiny-b", family="qwen3", vocab_size=300, hidden_size=16)
+
     at_save, b_done, mid_write, read_done = (threading.Event() for _ in range(4))
     real_save = PreTrainedModel.save_pretrained
 
@@ -151,21 +164,21 @@ def test_racing_writers_never_show_a_reader_a_half_written_cache(setup, tmp_path
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", save)
     results = {}
-    a = threading.Thread(target=lambda: results.update(a=warm_up_tiny_model(base, ds, settings)), name="writer-a")
+    a = threading.Thread(target=lambda: results.update(a=build()), name="writer-a")
     a.start()
     try:
         assert at_save.wait(120)
-        results["b"] = warm_up_tiny_model(base, ds, settings)  # writer B, start to finish
+        results["b"] = build()  # writer B, start to finish
         b_done.set()
         assert mid_write.wait(120)
-        path, record = warm_up_tiny_model(base, ds, settings)  # the reader
-        assert record["cached"] and _loads(path), "a reader was handed a half-written warm-up cache"
+        path = build()  # the reader: finds the entry finished, or would build its own
+        assert _loads(path, marker), "a reader was handed a half-written cache"
     finally:
         b_done.set()
         read_done.set()
         a.join(120)
-    assert results["a"][0] == results["b"][0] == path and _loads(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tiny", path.name])  # no temporary left
+    assert results["a"] == results["b"] == path and _loads(path, marker)
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no temporary left
 
 
 def test_a_half_written_cache_from_before_is_replaced_not_trusted(setup, tmp_path):
