@@ -58,14 +58,15 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def disk_full_error(path: str | Path, needs: int | None) -> EchoTrlError:
-    """The one-line error for a write that ran out of space: the path, what it needs and what is free there."""
+def disk_full_error(path: str | Path, needs: int | None, after: str = "nothing was left half-written") -> EchoTrlError:
+    """The one-line error for a write that ran out of space: the path, what it needs and what is free there,
+    then ``after`` (what state the write left)."""
     try:
         free = f"{human_bytes(shutil.disk_usage(_nearest_existing(Path(path).absolute())).free)} free"
     except OSError:
         free = "free space unknown"
     need = f"needs about {human_bytes(needs)}" if needs else "needs more space"
-    return EchoTrlError(f"{path}: no space left on device ({need}, {free}); nothing was left half-written")
+    return EchoTrlError(f"{path}: no space left on device ({need}, {free}); {after}")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -219,7 +220,7 @@ def atomic_output_dir(
                 tmp = parked
         except OSError as exc:
             if is_disk_full(exc):
-                raise disk_full_error(f"{flag} {path}", needs) from None
+                raise disk_full_error(f"{flag} {path}", needs, "the previous output is unchanged") from None
             raise EchoTrlError(
                 f"{flag} {path}: cannot write ({exc.strerror or exc}); the previous output is unchanged"
             ) from None
