@@ -171,8 +171,12 @@ def resolve_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
     return str(path)
 
 
-def checkpoint_save_size(model) -> int:
-    """About what one checkpoint of ``model`` takes: its weights plus AdamW's two fp32 moments per trained value."""
+def checkpoint_save_size(model, output_dir: str) -> int:
+    """About what one checkpoint of ``model`` takes: the size of the latest complete one in ``output_dir``, else
+    the model's weights plus AdamW's two fp32 moments per trained value."""
+    for path in reversed(_numbered_checkpoints(output_dir)):
+        if checkpoint_problem(path) is None:
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     params = list(model.parameters())
     weights = sum(p.numel() * p.element_size() for p in params)
     return weights + sum(8 * p.numel() for p in params if p.requires_grad)
@@ -180,8 +184,8 @@ def checkpoint_save_size(model) -> int:
 
 @contextlib.contextmanager
 def checkpoint_saves(output_dir: str, model) -> Iterator[None]:
-    """Around ``trainer.train()``: a checkpoint save that runs out of space removes the checkpoint it cut short
-    and is one line naming it and the space a checkpoint needs.
+    """Around ``trainer.train()`` and the final save: a save that runs out of space is one line naming what it
+    was writing and the space a checkpoint needs; a checkpoint it cut short is removed.
 
     ``torch.save`` reports a full disk as a bare stream error, so a failure that left a new incomplete
     checkpoint on a filesystem with less free space than a checkpoint needs counts as one too.
@@ -191,9 +195,12 @@ def checkpoint_saves(output_dir: str, model) -> Iterator[None]:
         yield
     except Exception as exc:
         cut = [p for p in _numbered_checkpoints(output_dir) if p not in before and checkpoint_problem(p)]
+        needs = checkpoint_save_size(model, output_dir)
         if not cut:
+            if is_disk_full(exc):  # the final save into output_dir
+                after = "the final model there is incomplete, its checkpoints are whole"
+                raise disk_full_error(output_dir, needs, after) from None
             raise
-        needs = checkpoint_save_size(model)
         try:
             short = shutil.disk_usage(cut[-1]).free < needs
         except OSError:

@@ -165,8 +165,8 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     )
     with checkpoint_saves(training_args.output_dir, trainer.model):  # a full disk: one line, no cut checkpoint
         trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_state()
-    trainer.save_model(training_args.output_dir)
+        trainer.save_state()
+        trainer.save_model(training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_world/ce_env" in h]
     if final:
         trainer.accelerator.print(f"held-out env CE: {final[-1]['eval_world/ce_env']:.4f} nats/token")
