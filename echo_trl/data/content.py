@@ -48,7 +48,8 @@ def _record_path(path: str) -> Path:
     return cache_home() / "digests" / f"{hashlib.sha256(path.encode()).hexdigest()[:24]}.json"
 
 
-def _hash_file(path: str) -> str:
+def hash_file(path: str) -> str:
+    """SHA-256 of the file's bytes (a full read)."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
@@ -88,7 +89,7 @@ def file_digest(path: str | os.PathLike) -> str:
             return known["sha256"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    digest = _hash_file(path)
+    digest = hash_file(path)
     settled = time.time_ns() - key[2] > RACY_SECONDS * 1e9
     if _stat_key(path) == key and settled:  # unchanged while it was read, and not written in the current tick
         _remember(record, {"path": path, "key": key, "sha256": digest})

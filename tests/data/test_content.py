@@ -19,13 +19,13 @@ def reads(monkeypatch, tmp_path):
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(content, "RACY_SECONDS", 0.0)
     seen: list[str] = []
-    real = content._hash_file
+    real = content.hash_file
 
     def counting(path):
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(content, "_hash_file", counting)
+    monkeypatch.setattr(content, "hash_file", counting)
     return seen
 
 
