@@ -184,3 +184,13 @@ def test_a_failure_that_is_not_a_full_disk_is_left_alone(tmp_path):
         (tmp_path / "checkpoint-2").mkdir()
         raise ZeroDivisionError  # plenty of space where the checkpoint goes: not a disk-full error
     assert (tmp_path / "checkpoint-2").is_dir()
+
+
+def test_cli_final_save_on_a_full_disk_is_one_line(cli_assets, tmp_path, capsys):
+    root, model = cli_assets
+    with small_tmpfs(tmp_path / "small", 96 * 1024) as disk:
+        out = disk / "run"
+        rc = _train(root, model, out, "--save_strategy", "no")
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"{out}: no space left on device (needs about" in err and "the final model there is incomplete" in err
