@@ -144,8 +144,8 @@ def map_to_cache(
     ``datasets`` writes a cache file through a ``tmpXXXX`` file beside it and, when the disk fills, can leave
     that file behind. Here the first ``map`` writes inside a private temporary directory (its ``tmpXXXX``
     too), the finished file is renamed into place and the directory is always removed; the second ``map``
-    loads the file. A full disk is an :class:`~echo_trl.errors.EchoTrlError` naming ``cache_file`` and the
-    space it needs (more than ``ds``'s own data: the file holds every column plus the new ones).
+    loads the file. A full disk is an :class:`~echo_trl.errors.EchoTrlError` naming ``cache_file`` and about
+    the space it needs (``ds``'s own data; a little more in fact: the file holds every column plus the new ones).
     """
     if cache_file is None:
         return ds.map(function, new_fingerprint=fingerprint, keep_in_memory=True, **map_kwargs)
