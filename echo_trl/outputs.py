@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import EchoTrlError
 
-__all__ = ["check_output_dir", "atomic_output_dir", "output_lock"]
+__all__ = ["check_output_dir", "atomic_output_dir", "output_lock", "is_disk_full", "disk_full_error", "human_bytes"]
 
 try:
     import fcntl
@@ -33,6 +33,40 @@ except ImportError:  # Windows: no flock; writes stay atomic, concurrent writers
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised while handling) is "no space left": by errno (a full disk or
+    quota), or by the system's wording where a library passes only the text on (arrow, safetensors)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def disk_full_error(path: str | Path, needs: int | None, after: str = "nothing was left half-written") -> EchoTrlError:
+    """The one-line error for a write that ran out of space: the path, what it needs and what is free there,
+    then ``after`` (what state the write left)."""
+    try:
+        free = f"{human_bytes(shutil.disk_usage(_nearest_existing(Path(path).absolute())).free)} free"
+    except OSError:
+        free = "free space unknown"
+    need = f"needs about {human_bytes(needs)}" if needs else "needs more space"
+    return EchoTrlError(f"{path}: no space left on device ({need}, {free}); {after}")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -155,12 +189,15 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | Path, *, replace_if: str, flag: str = "--output") -> Iterator[Path]:
+def atomic_output_dir(
+    path: str | Path, *, replace_if: str, flag: str = "--output", needs: int | None = None
+) -> Iterator[Path]:
     """Yield an empty temporary sibling of ``path``; when the block succeeds it replaces ``path``.
 
     Until the swap the previous output is untouched; if the block raises (or the process dies)
     the temporary directory is removed (or removed by the next writer) and ``path`` is as it was.
-    ``replace_if`` is :func:`check_output_dir`'s marker of a replaceable previous output.
+    ``replace_if`` is :func:`check_output_dir`'s marker of a replaceable previous output; ``needs`` (bytes, an
+    estimate) is what a full disk's error says the output takes.
     """
     out = Path(os.path.realpath(path))  # a link to the output stays a link to the new output
     check_output_dir(path, replace_if=replace_if, flag=flag)
@@ -182,6 +219,8 @@ def atomic_output_dir(path: str | Path, *, replace_if: str, flag: str = "--outpu
                 os.rename(tmp, out)
                 tmp = parked
         except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(f"{flag} {path}", needs, "the previous output is unchanged") from None
             raise EchoTrlError(
                 f"{flag} {path}: cannot write ({exc.strerror or exc}); the previous output is unchanged"
             ) from None

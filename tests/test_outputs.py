@@ -119,7 +119,7 @@ def test_failed_save_leaves_the_previous_dataset_intact(tmp_path, monkeypatch):
     monkeypatch.setattr(type(new), "save_to_disk", half_then_fail)
     with pytest.raises(
         EchoTrlError,
-        match=r"cannot write \(No space left on device\); the previous output is "
+        match=r"no space left on device \(needs about [\d.]+ KiB, [\d.]+ \w+ free\); the previous output is "
         "unchanged",
     ):
         save_dataset(new, out)

@@ -117,7 +117,7 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     from ..data.hub import locate
     from ..data.store import saved_dataset_kind
     from ..trainer import EchoGRPOTrainer
-    from .checkpoints import resolve_checkpoint
+    from .checkpoints import checkpoint_saves, resolve_checkpoint
 
     if not model_args.model_name_or_path:
         raise EchoTrlError("--model_name_or_path is required (run `echo-trl train` with no arguments for the demo)")
@@ -163,9 +163,10 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
-    trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_state()
-    trainer.save_model(training_args.output_dir)
+    with checkpoint_saves(training_args.output_dir, trainer.model):  # a full disk: one line, no cut checkpoint
+        trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_state()
+        trainer.save_model(training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_world/ce_env" in h]
     if final:
         trainer.accelerator.print(f"held-out env CE: {final[-1]['eval_world/ce_env']:.4f} nats/token")

@@ -15,6 +15,7 @@ from datasets import Features
 from ..errors import DatasetSchemaError
 from ..outputs import atomic_output_dir
 from .card import dataset_card
+from .content import with_content_fingerprint
 from .records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
@@ -72,6 +73,7 @@ def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> dataset
         ds = datasets.load_from_disk(str(Path(name_or_path)))
         if isinstance(ds, datasets.DatasetDict):
             ds = ds[split]
+        ds = with_content_fingerprint(ds)  # derived caches (the cast below, tokens) keyed on the Arrow data
     else:
         ds = datasets.load_dataset(str(name_or_path), split=split)
     return validate_dataset(ds, str(name_or_path))
@@ -93,7 +95,7 @@ def save_dataset(
     ``output_dir`` must be empty or a previous dataset.
     """
     out = Path(output_dir)
-    with atomic_output_dir(out, replace_if=DATASET_MARKER) as tmp:
+    with atomic_output_dir(out, replace_if=DATASET_MARKER, needs=ds.data.nbytes) as tmp:
         ds.save_to_disk(str(tmp))
         card = dataset_card(ds, skipped=len(skipped))
         (tmp / "README.md").write_text(card, encoding="utf-8")

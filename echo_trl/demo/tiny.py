@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .publish import finished_record, publish_dir
+
 
 #: Special tokens and model architecture per chat-template family TRL bundles.
 @dataclass(frozen=True)
@@ -178,6 +180,10 @@ def build_tiny_model(
     return model
 
 
+#: Written last into a saved tiny model's directory.
+TINY_MARKER = "echo_trl_tiny.json"
+
+
 def ensure_tiny_model(
     path: str | Path,
     *,
@@ -187,20 +193,21 @@ def ensure_tiny_model(
     hidden_size: int = 128,
     num_layers: int = 2,
 ) -> Path:
-    """Build and save a tiny model + tokenizer at ``path`` once; later calls reuse it."""
+    """Build and save a tiny model + tokenizer at ``path`` once; later calls reuse it (written whole or not at
+    all: :func:`~echo_trl.demo.publish.publish_dir`)."""
     path = Path(path)
-    marker = path / "echo_trl_tiny.json"
-    if marker.exists():
+    if finished_record(path, TINY_MARKER) is not None:
         return path
     tokenizer = build_tiny_tokenizer(family, corpus, vocab_size=vocab_size)
     model = build_tiny_model(tokenizer, family, hidden_size=hidden_size, num_layers=num_layers)
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
-    marker.write_text(
-        json.dumps({"family": family, "vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers}),
-        encoding="utf-8",
-    )
+    record = {"family": family, "vocab_size": vocab_size, "hidden_size": hidden_size, "num_layers": num_layers}
+
+    def write(directory: Path) -> None:
+        tokenizer.save_pretrained(directory)
+        model.save_pretrained(directory)
+        (directory / TINY_MARKER).write_text(json.dumps(record), encoding="utf-8")  # last: marks it finished
+
+    publish_dir(path, TINY_MARKER, write, needs=sum(p.numel() * p.element_size() for p in model.parameters()))
     return path
 
 

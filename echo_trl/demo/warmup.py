@@ -11,7 +11,9 @@ template's tool-message wrappers stay as input only.
 
 The warmed model is saved next to the base model, in a directory keyed by the base model, the
 data and every warm-up setting, so reruns reuse it. Both arms of a comparison (ECHO and lambda = 0)
-then start from this same checkpoint.
+then start from this same checkpoint. The directory appears whole or not at all
+(:func:`~echo_trl.demo.publish.publish_dir`): two demos warming up at once never let a reader see the
+other's half-written weights.
 
 torch, transformers and the tokenizer code load inside the functions that use them: the demo's
 command line (:func:`add_warmup_arguments`) parses without them.
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..roles import Role
+from .publish import finished_record, publish_dir
 
 #: Bumped whenever what the warm-up computes changes (invalidates cached checkpoints).
 WARMUP_VERSION = 1
@@ -151,9 +154,9 @@ def warm_up_tiny_model(
     tokenizer = AutoTokenizer.from_pretrained(base)
     examples = warmup_examples(tokenizer, rows, settings.max_completion_length)
     path = base.parent / f"{base.name}-warm-{_digest(base, examples, settings)}"
-    marker = path / MARKER
-    if marker.exists():
-        return path, {**json.loads(marker.read_text(encoding="utf-8")), "cached": True}
+    cached = finished_record(path, MARKER)
+    if cached is not None:
+        return path, {**cached, "cached": True}
     model = AutoModelForCausalLM.from_pretrained(base)
     t0 = time.time()
     losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
@@ -167,13 +170,17 @@ def warm_up_tiny_model(
         "seconds": round(time.time() - t0, 1),
         "version": WARMUP_VERSION,
     }
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
-    marker.write_text(json.dumps(record, indent=2), encoding="utf-8")  # written last: marks a complete checkpoint
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    publish_dir(path, MARKER, lambda tmp: _save(tmp, tokenizer, model, record), needs=weights)
     if log:
         log(
             f"warm-up: {settings.steps} steps in {record['seconds']}s, loss {record['loss_first']:.3f} -> "
             f"{record['loss_last']:.3f} (context + action tokens; env outputs removed)"
         )
     return path, {**record, "cached": False}
+
+
+def _save(directory: Path, tokenizer, model, record: dict[str, Any]) -> None:
+    tokenizer.save_pretrained(directory)
+    model.save_pretrained(directory)
+    (directory / MARKER).write_text(json.dumps(record, indent=2), encoding="utf-8")  # last: marks it finished

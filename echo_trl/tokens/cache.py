@@ -5,8 +5,13 @@ more than a tiny model's forward, so the trainer must not do it inside every ste
 epoch. :func:`tokenize_dataset` renders and tokenizes each row once (the exact
 :func:`~echo_trl.tokens.tokenization.tokenize_batch`: ids are ``tokenizer(rendered_text)``), stores the
 result as columns, and caches them the ``datasets`` way: ``Dataset.map`` with a fingerprint of
-(dataset, tokenizer, chat template, echo_trl's token-layout version), so the next epoch, the next
-run and the evaluation reuse the same Arrow file instead of tokenizing again.
+(dataset content, tokenizer, chat template, echo_trl's token-layout version), so the next epoch, the
+next run and the evaluation reuse the same Arrow file instead of tokenizing again. The dataset part is
+:func:`~echo_trl.data.content.dataset_content_key` (a content hash of its Arrow files, remembered per
+file version), so an Arrow file edited in place is tokenized again, never served from the old cache.
+
+Cache files are written whole or not at all (:func:`map_to_cache`): into a private temporary directory
+beside the final file, then renamed; a full disk is one line naming the file and the space it needs.
 
 The columns hold the *whole* trajectory; cuts (``max_completion_length``) and world-loss targets
 are applied later on these tokens (:func:`row_tokens` then ``RoleTokens.truncate``), so one cache
@@ -18,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,9 +34,11 @@ import datasets
 import numpy as np
 from datasets import Features, List, Value
 
+from ..data.content import cache_home, dataset_content_key
+from ..outputs import disk_full_error, is_disk_full
 from .tokenization import RoleTokens, tokenize_rows
 
-__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint"]
+__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache", "cache_home"]
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
 LAYOUT_VERSION = "3"
@@ -43,11 +52,6 @@ TOKEN_FEATURES = {
     PROMPT_LENGTH: Value("int32"),
     MESSAGE_ENDS: List(Value("int32")),
 }
-
-
-def cache_home() -> Path:
-    """echo_trl's cache directory: ``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``."""
-    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
 
 
 def cache_root() -> Path:
@@ -75,7 +79,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def _fingerprint(ds: datasets.Dataset, tokenizer) -> str:
-    key = f"{ds._fingerprint}/{tokenizer_fingerprint(tokenizer)}/{LAYOUT_VERSION}"
+    key = f"{dataset_content_key(ds)}/{tokenizer_fingerprint(tokenizer)}/{LAYOUT_VERSION}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -117,18 +121,52 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, *, show_progress: bool | N
     fingerprint = _fingerprint(ds, tokenizer)
     cache_file = cache_file_for(ds, "echo-tokens", fingerprint)
     with map_progress(show_progress):
-        return ds.map(
+        return map_to_cache(
+            ds,
             _tokenize_rows,
+            cache_file,
+            fingerprint,
             batched=True,
             batch_size=64,
             with_indices=True,
             fn_kwargs={"tokenizer": tokenizer},
-            new_fingerprint=fingerprint,
-            cache_file_name=cache_file,
-            keep_in_memory=cache_file is None,
             features=Features({**ds.features, **TOKEN_FEATURES}),
             desc="tokenizing trajectories (once per tokenizer)",
         )
+
+
+def map_to_cache(
+    ds: datasets.Dataset, function: Callable, cache_file: str | None, fingerprint: str, **map_kwargs: Any
+) -> datasets.Dataset:
+    """``ds.map(function, **map_kwargs)`` cached in ``cache_file`` (in memory when ``None``), which is written
+    whole or not at all.
+
+    ``datasets`` writes a cache file through a ``tmpXXXX`` file beside it and, when the disk fills, can leave
+    that file behind. Here the first ``map`` writes inside a private temporary directory (its ``tmpXXXX``
+    too), the finished file is renamed into place and the directory is always removed; the second ``map``
+    loads the file. A full disk is an :class:`~echo_trl.errors.EchoTrlError` naming ``cache_file`` and about
+    the space it needs (``ds``'s own data; a little more in fact: the file holds every column plus the new ones).
+    """
+    if cache_file is None:
+        return ds.map(function, new_fingerprint=fingerprint, keep_in_memory=True, **map_kwargs)
+    if not os.path.exists(cache_file):
+        work = None
+        try:
+            work = tempfile.mkdtemp(prefix=".echo-trl-writing-", dir=os.path.dirname(cache_file))
+            part = os.path.join(work, os.path.basename(cache_file))
+            kwargs = {**map_kwargs, "load_from_cache_file": False}
+            ds.map(function, new_fingerprint=fingerprint, cache_file_name=part, **kwargs)
+            os.replace(part, cache_file)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(cache_file, ds.data.nbytes) from None
+            raise
+        finally:
+            if work is not None:
+                shutil.rmtree(work, ignore_errors=True)
+    return ds.map(
+        function, new_fingerprint=fingerprint, cache_file_name=cache_file, load_from_cache_file=True, **map_kwargs
+    )
 
 
 @contextmanager

@@ -14,7 +14,8 @@ forward per trajectory of the starting model (in eval mode, under the trainer's 
 ``temperature``, with prefix sharing when it is on), at the action tokens the collator keeps, for
 every row whose ``behavior_logprobs`` is null. They are stored as the column
 :data:`INITIAL_LOGPS` and cached the ``datasets`` way, fingerprinted by the tokenized dataset, the
-starting model's weights and every setting that decides the numbers: a later run (and a resumed
+starting model's weights and every setting that decides the numbers (the dataset by the content of its
+Arrow files, :func:`~echo_trl.data.content.dataset_content_key`): a later run (and a resumed
 one: trainers are built from the starting model, checkpoints are loaded later, in ``train()``)
 loads them instead of forwarding again. Rows that carry ``behavior_logprobs`` keep them.
 
@@ -35,10 +36,11 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Features, List, Value
 
+from ..data.content import dataset_content_key
 from ..errors import EchoTrlError
 from ..prefix.order import prefix_grouped_order
 from ..progress import progress
-from ..tokens.cache import cache_file_for, map_progress
+from ..tokens.cache import cache_file_for, map_progress, map_to_cache
 from . import trl_compat
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
 from .model import causal_lm, weights_are_sharded
@@ -89,7 +91,7 @@ def model_fingerprint(model) -> str:
 def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp: str) -> str:
     a = trainer.args
     key = {
-        "dataset": dataset._fingerprint,
+        "dataset": dataset_content_key(dataset),  # the Arrow data itself, not only its datasets fingerprint
         "model": model_fp,
         "temperature": trainer.temperature,
         "collation": [settings.max_completion_length, settings.max_length, settings.world_loss_target],
@@ -181,15 +183,14 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
         if not bool(accelerator.gather(cached).all()):
             compute()
     with accelerator.main_process_first(), map_progress(False):  # the forward has its own bar
-        trainer.train_dataset = dataset.map(
+        trainer.train_dataset = map_to_cache(
+            dataset,
             column,
+            cache_file,
+            fingerprint,
             batched=True,
             batch_size=1000,
             with_indices=True,
-            new_fingerprint=fingerprint,
-            cache_file_name=cache_file,
-            load_from_cache_file=True,
-            keep_in_memory=cache_file is None,
             features=features,
             desc="storing starting-model log-probs",
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,108 @@ def test_cached_checkpoint_is_reused_and_keyed_by_settings(setup, monkeypatch):
     other, _ = warm_up_tiny_model(model, ds, WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=2))
     assert other != first
     assert warm_up_tiny_model(model, ds, WarmupSettings(steps=0))[0] == model
+
+
+def _copy_base(model, where):
+    """A private copy of the tiny base model (each test's warm-up cache is then its own)."""
+    import shutil
+
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(model, where / "tiny")
+    return where / "tiny"
+
+
+def _loads(path, marker="echo_trl_warmup.json") -> bool:
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    try:
+        json.loads((path / marker).read_text())
+        AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError, SafetensorError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("cache", ["warm-up", "tiny base model"])
+def test_racing_writers_never_show_a_reader_a_half_written_cache(setup, cache, tmp_path, monkeypatch):
+    """Writer A is held at the instant its model.safetensors is half-written, after writer B finished the same
+    cache entry: a reader then must get B's whole model (or nothing), and A's finish must leave it whole."""
+    import threading
+
+    from transformers import PreTrainedModel
+
+    ds, model = setup
+    if cache == "warm-up":
+        base = _copy_base(model, tmp_path)
+        settings = WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=3)
+        marker = "echo_trl_warmup.json"
+
+        def build():
+            return warm_up_tiny_model(base, ds, settings)[0]
+
+    else:
+        marker = "echo_trl_tiny.json"
+
+        def build():
+            return ensure_tiny_model(tmp_path / "tiny-b", family="qwen3", vocab_size=300, hidden_size=16)
+
+    at_save, b_done, mid_write, read_done = (threading.Event() for _ in range(4))
+    real_save = PreTrainedModel.save_pretrained
+
+    def save(self, directory, *args, **kwargs):
+        if threading.current_thread().name != "writer-a":
+            return real_save(self, directory, *args, **kwargs)
+        at_save.set()
+        assert b_done.wait(120)
+        real_save(self, directory, *args, **kwargs)
+        weights = Path(directory) / "model.safetensors"
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])  # the file as it is half-way through its write
+        mid_write.set()
+        assert read_done.wait(120)
+        weights.write_bytes(data)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save)
+    results = {}
+    a = threading.Thread(target=lambda: results.update(a=build()), name="writer-a")
+    a.start()
+    try:
+        assert at_save.wait(120)
+        results["b"] = build()  # writer B, start to finish
+        b_done.set()
+        assert mid_write.wait(120)
+        path = build()  # the reader: finds the entry finished, or would build its own
+        assert _loads(path, marker), "a reader was handed a half-written cache"
+    finally:
+        b_done.set()
+        read_done.set()
+        a.join(120)
+    assert results["a"] == results["b"] == path and _loads(path, marker)
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no temporary left
+
+
+def test_a_half_written_cache_from_before_is_replaced_not_trusted(setup, tmp_path):
+    ds, model = setup
+    base = _copy_base(model, tmp_path)
+    settings = WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=4)
+    path, _ = warm_up_tiny_model(base, ds, settings)
+    (path / "echo_trl_warmup.json").write_text('{"base": "cut')  # a marker cut mid-write
+    again, record = warm_up_tiny_model(base, ds, settings)
+    assert again == path and not record["cached"] and _loads(path)
+
+
+def test_a_full_disk_during_the_warm_up_save_is_one_line_and_leaves_nothing(setup, tmp_path):
+    from helpers.tmpfs import fill, small_tmpfs
+
+    from echo_trl.errors import EchoTrlError
+
+    ds, model = setup
+    with small_tmpfs(tmp_path / "small", 4 << 20) as disk:
+        base = _copy_base(model, disk)
+        fill(disk, leave=16 << 10)
+        with pytest.raises(EchoTrlError) as info:
+            warm_up_tiny_model(base, ds, WarmupSettings(steps=2, batch_size=2, learning_rate=1e-3, seed=5))
+        message = str(info.value)
+        assert "\n" not in message and "-warm-" in message and "no space left on device (needs about" in message
+        assert sorted(p.name for p in disk.iterdir()) == ["ballast", "tiny"]

@@ -7,10 +7,14 @@ import os
 import datasets
 import numpy as np
 import pytest
+from datasets import Value
+from helpers.arrow_edit import redact_in_place
 from helpers.shared_data import REPO
 from helpers.tiny import tiny_tokenizer
+from helpers.tmpfs import fill, small_tmpfs
 
 from echo_trl.data.build import build_awm_dataset
+from echo_trl.data.store import load_echo_dataset
 from echo_trl.demo.tiny import build_tiny_tokenizer
 from echo_trl.errors import EchoTrlError
 from echo_trl.tokens import cache as token_cache
@@ -18,6 +22,7 @@ from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens, row_tokens, tokeniz
 from echo_trl.tokens.tokenization import tokenize_with_roles
 
 EPISODES = REPO / "data" / "episodes"
+IDS_COLUMN = TOKEN_COLUMNS[0]
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +109,63 @@ def test_a_row_that_cannot_render_is_named(bundled, monkeypatch, tmp_path):
     tok.chat_template = "{{ raise_exception('no') if messages|length > 7 else 'x' }}"
     with pytest.raises(EchoTrlError, match=r"row \d+ \(group_id 'library_1/\d'\)"):
         tokenize_dataset(bundled, tok)
+
+
+EMAIL = "priya.raman@example.net"  # in a tool output of the bundled episodes
+
+
+def _tool_outputs(row) -> str:
+    return "".join(m["content"] or "" for m in row["completion"] if m["role"] == "tool")
+
+
+@pytest.mark.parametrize("redaction", ["xxxxx.xxxxx@xxxxxxx.xxx", "[REDACTED]"], ids=["same-length", "shorter"])
+def test_an_arrow_file_edited_in_place_is_tokenized_again(bundled, redaction, tmp_path, monkeypatch):
+    """state.json (the datasets fingerprint) is untouched by the edit; the tokens must follow the new text."""
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
+    bundled.save_to_disk(str(tmp_path / "ds"))
+    tok = tiny_tokenizer("qwen3")
+    before = datasets.load_from_disk(str(tmp_path / "ds"))
+    rows = [i for i in range(len(before)) if EMAIL in _tool_outputs(before[i])]
+    assert rows, "the bundled episodes changed: pick another tool-output string"
+    old_tokens = tokenize_dataset(before, tok)[IDS_COLUMN]
+
+    assert redact_in_place(tmp_path / "ds", EMAIL, redaction) == 1
+    after = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert after._fingerprint == before._fingerprint  # what the cache was keyed on alone
+    assert EMAIL not in _tool_outputs(after[rows[0]]) and redaction in _tool_outputs(after[rows[0]])
+    tokens = tokenize_dataset(after, tok)[IDS_COLUMN]
+    for i in range(len(after)):
+        assert tokens[i] == tokenize_with_roles(tok, after[i]).input_ids
+    assert all(tokens[i] != old_tokens[i] for i in rows)
+
+
+def test_an_edit_reaches_datasets_own_caches_through_the_loader(bundled, tmp_path, monkeypatch):
+    """A saved dataset whose schema is cast on load (``float32`` reward): the cast's own cache file, keyed by
+    ``datasets`` on the fingerprint, must not serve the old rows either."""
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
+    bundled.cast_column("reward", Value("float32")).save_to_disk(str(tmp_path / "ds"))
+    tok = tiny_tokenizer("qwen3")
+    first = load_echo_dataset(tmp_path / "ds")
+    tokenize_dataset(first, tok)
+    redact_in_place(tmp_path / "ds", EMAIL, "[REDACTED]")
+    again = load_echo_dataset(tmp_path / "ds")
+    assert not any(EMAIL in _tool_outputs(r) for r in again)
+    tokens = tokenize_dataset(again, tok)
+    assert all(tokens[i][IDS_COLUMN] == tokenize_with_roles(tok, again[i]).input_ids for i in range(len(again)))
+
+
+def test_a_full_disk_while_caching_tokens_is_one_line_and_leaves_nothing(bundled, tmp_path, monkeypatch):
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
+    with small_tmpfs(tmp_path / "small", 4 << 20) as disk:
+        bundled.save_to_disk(str(disk / "ds"))
+        before = sorted(os.listdir(disk / "ds"))
+        fill(disk, leave=64 << 10)  # the dataset fits, its token cache (every column plus the tokens) does not
+        with pytest.raises(EchoTrlError) as info:
+            tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
+        message = str(info.value)
+        assert "\n" not in message and message.startswith(str(disk / "ds" / "echo-tokens-")), message
+        assert "no space left on device (needs about" in message
+        assert sorted(os.listdir(disk / "ds")) == before  # no tmpXXXX, no partial cache file
+        (disk / "ballast").unlink()  # space again: the same call now caches the tokens
+        tokens = tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
+        assert tokens[0][IDS_COLUMN] == tokenize_with_roles(tiny_tokenizer("qwen3"), bundled[0]).input_ids

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
+from helpers.arrow_edit import redact_in_place
 from helpers.tiny import tiny_model
 from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, trajectory
 
@@ -20,7 +22,7 @@ from echo_trl.config import EchoConfigError, EchoGRPOConfig
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
-from echo_trl.tokens.cache import ROLES
+from echo_trl.tokens.cache import IDS, ROLES
 from echo_trl.train import behavior
 from echo_trl.train.behavior import model_fingerprint
 from echo_trl.train.collator import INITIAL_LOGPS
@@ -197,3 +199,19 @@ def test_unrecorded_rows_follow_the_dataset_view():
     assert unrecorded_rows(ds) == [0, 2, 4]
     assert unrecorded_rows(ds.select([5, 4, 1, 0])) == [1, 3]  # positions in the selection, not the table
     assert unrecorded_rows(ds.remove_columns("behavior_logprobs")) == list(range(6))
+
+
+def test_an_arrow_file_edited_in_place_is_trained_on(tmp_path):
+    """A tool output edited in the saved Arrow file (``state.json`` untouched, size and mtime kept): the
+    trainer's tokens and starting-model log-probs are those of the new text, as computed from scratch on an
+    in-memory copy of the edited rows, not the ones cached from the old text."""
+    dataset(4).save_to_disk(str(tmp_path / "ds"))
+    old = make_trainer(tmp_path / "old", datasets.load_from_disk(str(tmp_path / "ds")), behavior_policy="initial")
+    assert redact_in_place(tmp_path / "ds", '"total": 2}', '"total": 9}') == 1  # row 1's first tool output
+    edited = datasets.load_from_disk(str(tmp_path / "ds"))
+    trained = make_trainer(tmp_path / "new", edited, behavior_policy="initial").train_dataset
+    copy = datasets.Dataset.from_list(list(edited), features=edited.features)
+    fresh = make_trainer(tmp_path / "fresh", copy, behavior_policy="initial").train_dataset
+    assert trained[IDS] == fresh[IDS] and trained[INITIAL_LOGPS] == fresh[INITIAL_LOGPS]
+    assert trained[1][IDS] != old.train_dataset[1][IDS]
+    assert trained[1][INITIAL_LOGPS] != old.train_dataset[1][INITIAL_LOGPS]
