@@ -116,8 +116,10 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
 
     from ..data.hub import locate
     from ..data.store import saved_dataset_kind
+    from ..outputs import check_output_dir
     from ..trainer import EchoGRPOTrainer
     from .checkpoints import resolve_checkpoint
+    from .loading import check_model_dir
 
     if not model_args.model_name_or_path:
         raise EchoTrlError("--model_name_or_path is required (run `echo-trl train` with no arguments for the demo)")
@@ -134,6 +136,8 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     ):
         if name:
             locate(name, what)  # every name checked before anything slow is loaded
+    check_model_dir(model_args.model_name_or_path, "--model_name_or_path")  # a local one holds a model
+    check_output_dir(training_args.output_dir, flag="--output_dir")  # a file or read-only: before the work
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     train_dataset = _load_split(script_args.dataset_name, script_args.dataset_train_split)
     eval_dataset = None
