@@ -17,7 +17,7 @@ from .cli import ArgumentParser
 from .loading import load_dataset_named, load_model, load_tokenizer
 
 
-def parse_args(argv: list[str]):
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="echo-trl eval-world-model",
         description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
@@ -45,7 +45,11 @@ def parse_args(argv: list[str]):
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--trust_remote_code", action="store_true", help="allow the model's custom code to run")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str]):
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str]) -> int:

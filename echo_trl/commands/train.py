@@ -95,7 +95,8 @@ def main(argv: list[str]) -> int:
     parser = make_parser()
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    except ValueError as exc:  # TrainingArguments / GRPOConfig validation: a usage error, not a crash
+    except (ValueError, TypeError, ArithmeticError) as exc:  # TrainingArguments / GRPOConfig validation (e.g.
+        # `--logging_steps inf`: OverflowError): a usage error, not a crash
         if "not used by the HfArgumentParser" in str(exc):
             unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
             raise EchoTrlError(
