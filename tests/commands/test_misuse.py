@@ -6,6 +6,7 @@ meets them; then a property over generated flag combinations of every sub-comman
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import signal
@@ -159,6 +160,7 @@ BAD_VALUES = ["", "0", "-1", "1", "nan", "inf", "-inf", "1e999", "abc", "true", 
 MISSING = "/nonexistent/echo-trl-misuse"
 
 
+@functools.cache
 def _options(command: str) -> list[tuple[str, bool]]:
     """(flag, takes a value) of every long option of ``command``'s parser."""
     if command == "train":
@@ -193,16 +195,13 @@ REQUIRED = {
 @st.composite
 def command_lines(draw):
     command = draw(st.sampled_from(sorted(COMMANDS)))
-    options = _OPTIONS[command]
+    options = _options(command)
     argv = [command, *REQUIRED[command]]
     for flag, takes_value in draw(st.lists(st.sampled_from(options), min_size=1, max_size=4)):
         argv.append(flag)
         if takes_value:
             argv.append(draw(st.sampled_from(BAD_VALUES)))
     return argv
-
-
-_OPTIONS: dict[str, list[tuple[str, bool]]] = {}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -215,9 +214,3 @@ def test_no_flag_combination_prints_a_traceback(argv, tmp_path_factory, capsys):
     assert code in (0, 2) and "Traceback" not in err, (argv, err)
     if code == 2:
         assert err.strip().splitlines()[-1].startswith(f"echo-trl {argv[0]}: error: "), (argv, err)
-
-
-def setup_module(module):
-    for command in COMMANDS:
-        _OPTIONS[command] = _options(command)
-    assert all(_OPTIONS.values())
