@@ -85,7 +85,7 @@ def check_model_dir(name_or_path: str, what: str) -> None:
     path = Path(name_or_path).expanduser()
     if path.is_dir() and not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
         kind = "a trajectory dataset" if saved_dataset_kind(path) else "a directory"
-        raise EchoTrlError(f"{what} {name_or_path}: is {kind} without config.json, not a model directory")
+        raise EchoTrlError(f"cannot load {what} {name_or_path}: is {kind} without config.json, not a model directory")
     if path.is_file():
         raise EchoTrlError(f"{what} {name_or_path}: is a file, not a model directory or Hub id")
 
