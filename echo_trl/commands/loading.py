@@ -94,7 +94,7 @@ def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dat
     """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line.
 
     A local dataset that does not load (a truncated Arrow file, a damaged ``dataset_info.json``) is named with
-    the file at fault where one can be found (:func:`~echo_trl.data.store.damaged_dataset_file`).
+    the file at fault where one can be found (:func:`~echo_trl.data.store.damaged_dataset_message`).
     """
     where = locate(name_or_path, what)
     if where == "local":
