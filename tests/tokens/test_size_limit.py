@@ -95,3 +95,17 @@ def test_training_refuses_the_row_at_trainer_init(tok, tmp_path):
         make_trainer(tmp_path, ds, max_rendered_chars=10_000)
     with pytest.raises(ValueError, match="max_rendered_chars must be a positive number"):
         make_trainer(tmp_path, ds, max_rendered_chars=0)
+
+
+def test_eval_world_model_names_the_row(tok, tmp_path, capsys):
+    from echo_trl.demo.tiny import ensure_tiny_model
+
+    model = ensure_tiny_model(tmp_path / "model", family="qwen3", vocab_size=600, hidden_size=32)
+    small = awm_episode_to_trajectory(openenv_episode(task_idx=0))
+    trajectories_to_dataset([small, _big(20_000)]).save_to_disk(str(tmp_path / "ds"))
+    argv = ["eval-world-model", "--model", str(model), "--dataset", str(tmp_path / "ds")]
+    capsys.readouterr()  # the builders' progress bars
+    assert cli_main([*argv, "--max_rendered_chars", "10000"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("echo-trl eval-world-model: error: row 1 (group_id ")
+    assert "limit of 10,000" in line and "--max_rendered_chars" in line
