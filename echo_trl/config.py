@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .roles import WORLD_LOSS_TARGETS
+from .tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS
 from .train.offline import TRL_MAX_COMPLETION_LENGTH
 
 #: Shapes of the world-model coefficient over training steps.
@@ -262,9 +263,31 @@ class EchoGRPOConfig(GRPOConfig):
         },
     )
 
+    max_rendered_chars: int | None = field(
+        default=DEFAULT_MAX_RENDERED_CHARS,
+        metadata={
+            "help": "Refuse (one line naming the row) a trajectory whose text rendered by the chat template is "
+            "longer than this many characters: tokenizer memory grows with it (a 50 MB tool output needs many "
+            "GB). The default is far beyond any context window. None = no bound."
+        },
+    )
+
     def __post_init__(self):
+        check_batch_sizes(self)  # before TRL's, which computes with them
         super().__post_init__()
         validate_echo_settings(self)
+
+
+#: Training arguments that count something and must be at least 1 (0 fails deep inside the Trainer).
+POSITIVE_COUNTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+
+
+def check_batch_sizes(args) -> None:
+    """Raise :class:`EchoConfigError` for a batch size or accumulation count below 1."""
+    for name in POSITIVE_COUNTS:
+        value = getattr(args, name, 1)
+        if not isinstance(value, int) or value < 1:
+            raise EchoConfigError(f"{name} must be >= 1, got {value!r}")
 
 
 def validate_echo_settings(args) -> None:
@@ -324,6 +347,9 @@ def validate_echo_settings(args) -> None:
             bad(f"{name} is a percentage in [0, 100], got {v!r}")
     if args.max_world_model_tokens is not None and args.max_world_model_tokens <= 0:
         bad(f"max_world_model_tokens must be > 0 (or None for all), got {args.max_world_model_tokens}")
+    limit = args.max_rendered_chars
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        bad(f"max_rendered_chars must be a positive number of characters (or None), got {limit!r}")
     if args.behavior_policy not in BEHAVIOR_POLICIES:
         bad(f"behavior_policy must be one of {', '.join(BEHAVIOR_POLICIES)}, got {args.behavior_policy!r}")
     peak = max([args.world_model_coeff, *(values or [])])

@@ -55,7 +55,12 @@ from ..errors import EchoTrlError
 from ..outputs import check_output_dir
 from ..progress import progress
 from .capture_run import collect_local, episodes_per_task, model_policy
-from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
+from .cli import (  # underscores, hyphen aliases, no abbreviations
+    ArgumentParser,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 
 REPLAY_HELP = """\
 replay file (--policy replay:FILE), .jsonl = one script per line, .json = a list of scripts:
@@ -114,7 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="output directory (a rerun with the same one continues it)")
     p.add_argument("--concurrency", type=int, default=1, help="episodes in flight at once (default 1)")
     p.add_argument(
-        "--max-servers", type=int, default=None, help="scenario servers alive at once (default: --concurrency, <= 8)"
+        "--max-servers",
+        type=positive_int,
+        default=None,
+        help="scenario servers alive at once (default: --concurrency, <= 8)",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     srv = p.add_argument_group("openai:URL policy (an OpenAI-compatible server)")
@@ -124,9 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="OPENAI_API_KEY",
         help="environment variable holding the API key (default %(default)s)",
     )
-    srv.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request (default 300)")
+    srv.add_argument("--request-timeout", type=positive_float, default=300.0, help="seconds per request (default 300)")
     srv.add_argument("--max-retries", type=int, default=5, help="retries on 429 / 5xx / lost connections (default 5)")
-    srv.add_argument("--retry-backoff", type=float, default=1.0, help="first retry wait in seconds, doubling")
+    srv.add_argument(
+        "--retry-backoff", type=non_negative_float, default=1.0, help="first retry wait in seconds, doubling"
+    )
     srv.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
     srv.add_argument(
         "--logprobs",
@@ -139,8 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the trainer's tokenizer, to align sampled log-probs with its tokenization (default: --model)",
     )
-    p.add_argument("--max-steps", type=int, default=8, help="model policy: turns per episode (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="model policy: tokens per turn (default 256)")
+    p.add_argument("--max-steps", type=positive_int, default=8, help="model policy: turns per episode (default 8)")
+    p.add_argument(
+        "--max-new-tokens", type=positive_int, default=256, help="model policy: tokens per turn (default 256)"
+    )
     p.add_argument("--temperature", type=float, default=1.0, help="model policy: sampling temperature")
     p.add_argument("--seed", type=int, default=0, help="model policy: sampling seed")
     p.add_argument("--trust-remote-code", action="store_true", help="model policy: allow the model's own code")
@@ -150,8 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="code",
         help="only code verifiers (SQL mode needs an LLM judge; use the Python API with judge=...)",
     )
-    p.add_argument("--tool-timeout", type=float, default=30.0, help="seconds per tool call (default 30)")
-    p.add_argument("--verifier-timeout", type=float, default=30.0, help="seconds per verifier run (default 30)")
+    p.add_argument("--tool-timeout", type=positive_float, default=30.0, help="seconds per tool call (default 30)")
+    p.add_argument(
+        "--verifier-timeout", type=positive_float, default=30.0, help="seconds per verifier run (default 30)"
+    )
     p.add_argument(
         "--unsafe-no-sandbox",
         action="store_true",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 import warnings
@@ -60,6 +61,10 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str):
+        """A usage error is one line (the usage synopsis is one ``--help`` away), exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
     def _underscored(self) -> None:
         """Show and register every long flag with underscores (``--skip-invalid`` becomes ``--skip_invalid``);
         the hyphen spelling stays accepted through :meth:`_respelled`. Idempotent; groups share the registry."""
@@ -92,6 +97,39 @@ class ArgumentParser(argparse.ArgumentParser):
         args = list(sys.argv[1:] if args is None else args)
         end = args.index("--") if "--" in args else len(args)
         return super().parse_known_args([*map(self._respelled, args[:end]), *args[end:]], namespace)
+
+
+def positive_int(text: str) -> int:
+    """``type=`` of a count flag: an integer >= 1 (argparse turns the error into a usage line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """``type=`` of a duration flag: a finite number > 0 (``nan``, ``inf``, ``0`` and ``-1`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """``type=`` of a flag that may be 0 (a wait, a probability floor): a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def quiet_defaults() -> None:

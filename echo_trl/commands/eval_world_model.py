@@ -13,11 +13,12 @@ import json
 import sys
 
 from ..data.hub import locate
-from .cli import ArgumentParser
+from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
+from .cli import ArgumentParser, positive_int
 from .loading import load_dataset_named, load_model, load_tokenizer
 
 
-def parse_args(argv: list[str]):
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="echo-trl eval-world-model",
         description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
@@ -40,12 +41,24 @@ def parse_args(argv: list[str]):
         default=None,
         help="cut each completion at a message end to at most this many tokens (as training does)",
     )
+    p.add_argument(
+        "--max_rendered_chars",
+        type=positive_int,
+        default=DEFAULT_MAX_RENDERED_CHARS,
+        metavar="N",
+        help="refuse a trajectory whose conversation rendered by the chat template is longer than N characters "
+        "(tokenizer memory grows with it; default %(default)s)",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N trajectories")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--trust_remote_code", action="store_true", help="allow the model's custom code to run")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str]):
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
@@ -60,6 +73,7 @@ def main(argv: list[str]) -> int:
         ds = ds.select(range(min(args.limit, len(ds))))
     model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
+    set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     result = evaluate_world_model(
         model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
     )

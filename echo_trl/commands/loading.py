@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+from datasets.exceptions import DatasetsError
 
 from ..data.build import build_awm_dataset
 from ..data.episode_files import is_episode_file
 from ..data.hub import load_failure, locate
-from ..data.store import load_echo_dataset, saved_dataset_kind
+from ..data.store import damaged_dataset_message, load_echo_dataset, saved_dataset_kind
 from ..errors import EchoTrlError
 
 
@@ -39,6 +41,8 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: str = "au
     from transformers import AutoModelForCausalLM
 
     where = locate(name_or_path, "model")
+    if where == "local":
+        check_model_dir(name_or_path, "model")
     kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype), "trust_remote_code": trust_remote_code}
     try:
         if where == "local":
@@ -59,15 +63,52 @@ def load_model(name_or_path: str, *, device: str | None = None, dtype: str = "au
     return model.to(device)
 
 
+#: Files that make a local directory a model (or tokenizer, or adapter) rather than a dataset.
+MODEL_FILES = ("config.json", "adapter_config.json", "tokenizer_config.json")
+
+
+def check_not_model_dir(name_or_path: str, what: str) -> None:
+    """A local directory that holds a model and no saved dataset is a mistake (the flags were swapped, say),
+    not a folder of JSON data files for ``datasets`` to try to parse."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and not saved_dataset_kind(path):
+        found = [f for f in MODEL_FILES if (path / f).is_file()]
+        if found:
+            raise EchoTrlError(
+                f"{what} {name_or_path}: is a model directory ({found[0]}), not a trajectory dataset "
+                "(build one with `echo-trl build-dataset`)"
+            )
+
+
+def check_model_dir(name_or_path: str, what: str) -> None:
+    """A local ``name_or_path`` must hold a model: ``config.json`` (or a PEFT ``adapter_config.json``)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and not any((path / f).is_file() for f in ("config.json", "adapter_config.json")):
+        kind = "a trajectory dataset" if saved_dataset_kind(path) else "a directory"
+        raise EchoTrlError(f"cannot load {what} {name_or_path}: is {kind} without config.json, not a model directory")
+    if path.is_file():
+        raise EchoTrlError(f"{what} {name_or_path}: is a file, not a model directory or Hub id")
+
+
 def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dataset") -> datasets.Dataset:
-    """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line."""
-    locate(name_or_path, what)
+    """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line.
+
+    A local dataset that does not load (a truncated Arrow file, a damaged ``dataset_info.json``) is named with
+    the file at fault where one can be found (:func:`~echo_trl.data.store.damaged_dataset_message`).
+    """
+    where = locate(name_or_path, what)
+    if where == "local":
+        check_not_model_dir(name_or_path, what)
     try:
         return load_echo_dataset(name_or_path, split=split)
     except EchoTrlError:
         raise
     except (OSError, ConnectionError) as exc:  # FileNotFoundError, DatasetNotFoundError, offline cache misses
         raise load_failure(what, name_or_path, exc) from None
+    except (ValueError, TypeError, KeyError, pa.ArrowException, DatasetsError) as exc:
+        if where != "local" or (isinstance(exc, (KeyError, ValueError)) and "split" in str(exc).lower()):
+            raise  # a Hub library failure, or a missing split (the caller names it): not a damaged local file
+        raise EchoTrlError(damaged_dataset_message(what, name_or_path, exc)) from None
 
 
 def is_episode_input(path: str | Path) -> bool:

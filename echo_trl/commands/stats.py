@@ -9,9 +9,10 @@ from typing import Any
 from ..data.card import plural
 from ..errors import EchoTrlError
 from ..progress import progress
+from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from ..tokens.stats import format_stats, token_stats
 from ..tokens.tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
-from .cli import ArgumentParser
+from .cli import ArgumentParser, positive_int
 from .loading import load_tokenizer, load_trajectories
 
 DESCRIPTION = """\
@@ -53,6 +54,14 @@ def build_parser() -> ArgumentParser:
         metavar="N",
         help="also report, per row, what a cut at N tokens (at a message end) would remove; the counts "
         "above stay those of the whole trajectories",
+    )
+    p.add_argument(
+        "--max_rendered_chars",
+        type=positive_int,
+        default=DEFAULT_MAX_RENDERED_CHARS,
+        metavar="N",
+        help="refuse a row whose conversation rendered by the chat template is longer than N characters "
+        "(tokenizer memory grows with it; default %(default)s, far beyond any context window)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
     p.add_argument(
@@ -148,11 +157,15 @@ def main(argv: list[str]) -> int:
     if args.max_length is not None and args.max_length < 1:
         raise EchoTrlError(f"--max_length {args.max_length}: expected a positive number of tokens")
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
+    set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     dataset = load_trajectories(args.dataset, split=args.split)
     if args.show is not None:
         if not 0 <= args.show < len(dataset):
             raise EchoTrlError(f"--show {args.show}: the dataset has rows 0..{len(dataset) - 1}")
-        tokens = tokenize_with_roles(tokenizer, dataset[args.show])
+        try:
+            tokens = tokenize_with_roles(tokenizer, dataset[args.show])
+        except EchoTrlError as exc:
+            raise type(exc)(f"row {args.show}: {exc}") from None
         print(annotate_roles(tokenizer, tokens))
         return 0
     show_progress = False if args.json else None

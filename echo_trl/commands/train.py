@@ -95,7 +95,8 @@ def main(argv: list[str]) -> int:
     parser = make_parser()
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    except ValueError as exc:  # TrainingArguments / GRPOConfig validation: a usage error, not a crash
+    except (ValueError, TypeError, ArithmeticError) as exc:  # TrainingArguments / GRPOConfig validation (e.g.
+        # `--logging_steps inf`: OverflowError): a usage error, not a crash
         if "not used by the HfArgumentParser" in str(exc):
             unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
             raise EchoTrlError(
@@ -116,8 +117,10 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
 
     from ..data.hub import locate
     from ..data.store import saved_dataset_kind
+    from ..outputs import check_output_dir
     from ..trainer import EchoGRPOTrainer
     from .checkpoints import checkpoint_saves, resolve_checkpoint
+    from .loading import check_model_dir
 
     if not model_args.model_name_or_path:
         raise EchoTrlError("--model_name_or_path is required (run `echo-trl train` with no arguments for the demo)")
@@ -134,6 +137,8 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     ):
         if name:
             locate(name, what)  # every name checked before anything slow is loaded
+    check_model_dir(model_args.model_name_or_path, "--model_name_or_path")  # a local one holds a model
+    check_output_dir(training_args.output_dir, flag="--output_dir")  # a file or read-only: before the work
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     train_dataset = _load_split(script_args.dataset_name, script_args.dataset_train_split)
     eval_dataset = None

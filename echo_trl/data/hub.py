@@ -74,6 +74,8 @@ def locate(name_or_path: str | os.PathLike, what: str) -> str:
     while the Hub is unreachable (with the ``HF_HUB_OFFLINE`` hint), without any library retries.
     """
     name = os.fspath(name_or_path)
+    if not name.strip():  # Path("") is the current directory: never what an empty flag value meant
+        raise EchoTrlError(f"{what}: an empty name is neither a path nor a Hub id")
     if Path(name).expanduser().exists():
         return "local"
     if not is_hub_id(name):

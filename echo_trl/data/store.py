@@ -7,15 +7,18 @@ or a Hub id; :func:`validate_dataset` checks any of them against the ECHO row sc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 from datasets import Features
 
-from ..errors import DatasetSchemaError
+from ..errors import DatasetSchemaError, EchoTrlError
 from ..outputs import atomic_output_dir
 from .card import dataset_card
 from .content import with_content_fingerprint
+from .hub import hub_endpoint, hub_offline, hub_unreachable
 from .records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
@@ -67,6 +70,27 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
     return ds
 
 
+def damaged_dataset_message(what: str, name: str | Path, exc: BaseException) -> str:
+    """One line for a local dataset that failed to load: the damaged file named when one is found.
+
+    Checked only after a failure: every JSON file of the directory must parse and every Arrow file must read
+    to its end (memory-mapped, so this costs no copy of the data).
+    """
+    path = Path(name)
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        try:
+            if file.suffix == ".json":
+                json.loads(file.read_text(encoding="utf-8"))
+            elif file.suffix == ".arrow":
+                with pa.memory_map(str(file)) as source:
+                    pa.ipc.open_stream(source).read_all()
+        except (OSError, ValueError, pa.ArrowException) as bad:
+            reason = " ".join(str(bad).split()) or type(bad).__name__
+            return f"{what} {name}: {file.relative_to(path) if file != path else file} is damaged ({reason})"
+    first = " ".join(str(exc).split()) or type(exc).__name__
+    return f"cannot load {what} {name}: {type(exc).__name__}: {first}"
+
+
 def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> datasets.Dataset:
     """Load a trajectory dataset: a ``save_to_disk`` directory, local data files, or a Hub id."""
     if saved_dataset_kind(name_or_path):
@@ -104,8 +128,29 @@ def save_dataset(
                 for s in skipped:
                     fh.write(s.to_jsonl() + "\n")
     if push_to_hub:
-        from huggingface_hub import DatasetCard
-
-        ds.push_to_hub(push_to_hub, private=private)
-        DatasetCard(card).push_to_hub(push_to_hub, repo_type="dataset")
+        push_dataset(ds, card, push_to_hub, private=private, saved=out)
     return out
+
+
+def push_dataset(ds: datasets.Dataset, card: str, repo: str, *, private: bool | None, saved: Path) -> None:
+    """Push ``ds`` and its card to the Hub repo ``repo``; any failure is one line saying the local copy is kept.
+
+    Everything here happens after the local save succeeded, over the network: whatever goes wrong (no network,
+    ``HF_HUB_OFFLINE``, no token, a refused repo) leaves ``saved`` as it is, and the user can push it later.
+    """
+    kept = f"the dataset is saved in {saved} (kept)"
+    if hub_offline():
+        raise EchoTrlError(f"--push_to_hub {repo}: HF_HUB_OFFLINE is set, so nothing was pushed; {kept}")
+    reason = hub_unreachable()
+    if reason is not None:
+        raise EchoTrlError(
+            f"--push_to_hub {repo}: the Hugging Face Hub ({hub_endpoint()}) is unreachable ({reason}); {kept}"
+        )
+    from huggingface_hub import DatasetCard
+
+    try:
+        ds.push_to_hub(repo, private=private)
+        DatasetCard(card).push_to_hub(repo, repo_type="dataset")
+    except Exception as exc:  # noqa: BLE001 - network / Hub failures of every library layer, after the save
+        first = " ".join(str(exc).split()) or type(exc).__name__
+        raise EchoTrlError(f"--push_to_hub {repo}: push failed ({type(exc).__name__}: {first}); {kept}") from None

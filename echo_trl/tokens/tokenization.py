@@ -31,6 +31,7 @@ from ..errors import EchoTrlError, TemplateError
 from ..roles import Role, Trajectory
 from .audit import RoleAuditError, audit_roles
 from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
+from .size_limit import check_content_size, check_rendered_size
 from .world_mask import target_codes, world_mask
 
 __all__ = [
@@ -267,7 +268,7 @@ def tokenize_batch(
 ) -> list[RoleTokens]:
     """:func:`tokenize_with_roles` for many trajectories: one batched (parallel, Rust) encode."""
     target_codes(world_loss_target)  # validate early
-    layouts = [layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
+    layouts = [_bounded_layout(tokenizer, r if isinstance(r, Trajectory) else row_to_trajectory(r)) for r in rows]
     plain = [lay for lay in layouts if lay.template_specials is None]
     encoded = dict(
         zip(
@@ -280,6 +281,14 @@ def tokenize_batch(
         if lay.template_specials is not None:
             encoded[id(lay)] = _encode_with_literal_specials(tokenizer, lay)
     return [_assign(lay, *encoded[id(lay)], max_length, world_loss_target, audit) for lay in layouts]
+
+
+def _bounded_layout(tokenizer, trajectory: Trajectory) -> Layout:
+    """:func:`layout` of a trajectory within the rendered-size bound (:mod:`echo_trl.tokens.size_limit`)."""
+    check_content_size(tokenizer, trajectory)
+    lay = layout(tokenizer, trajectory)
+    check_rendered_size(tokenizer, lay.text)
+    return lay
 
 
 def tokenize_rows(

@@ -18,6 +18,7 @@ from trl.trainer.utils import RepeatSampler
 from ..errors import EchoTrlError
 from ..prefix.attention import enable_prefix_tree_attention
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
+from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from . import metrics, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
@@ -163,6 +164,8 @@ def tokenize_and_share(trainer, *, share: bool) -> None:
     and switch the model(s) to prefix-tree attention when ``share`` (after TRL's ``__init__``, which installed the
     fused LM head the shared-prefix forward scores with; without a tree the attention is plain SDPA)."""
     tokenizer = trl_compat.tokenizer(trainer)
+    limit = getattr(trainer.args, "max_rendered_chars", DEFAULT_MAX_RENDERED_CHARS)
+    set_max_rendered_chars(tokenizer, limit)  # every later tokenization with this tokenizer obeys it
     trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
     trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
     limit = trainer.args.max_completion_length

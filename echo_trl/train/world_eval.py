@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..errors import EchoTrlError
 from ..progress import progress
 from ..roles import Role
 from ..tokens.tokenization import tokenize_with_roles
@@ -84,10 +85,13 @@ def evaluate_world_model(
     n = 0
     try:
         rows = list(rows)
-        for row in progress(rows, desc="eval env CE", unit="traj", enable=show_progress):
-            r = trajectory_env_nll(
-                model, tokenizer, row, max_length=max_length, max_completion_length=max_completion_length
-            )
+        for index, row in enumerate(progress(rows, desc="eval env CE", unit="traj", enable=show_progress)):
+            try:
+                r = trajectory_env_nll(
+                    model, tokenizer, row, max_length=max_length, max_completion_length=max_completion_length
+                )
+            except EchoTrlError as exc:  # a row that cannot be rendered or is over the size bound: name it
+                raise type(exc)(f"row {index} (group_id {row.get('group_id')!r}): {exc}") from None
             for k in totals:
                 totals[k] += r[k]
             s = scen[row.get("scenario") or ""]

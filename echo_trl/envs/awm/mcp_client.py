@@ -6,7 +6,11 @@ capture loop, TRL's tool loop) stay synchronous. Every call has a deadline and c
 early when the server process dies (``alive`` callback), so a crashed or hung server becomes an
 error, never a hang. Every HTTP response body is counted as it arrives and cut at
 :data:`MAX_REPLY_BYTES`: a server that answers with gigabytes costs the host one cap's worth of
-memory, and the call fails at once with :class:`ReplyTooLarge`.
+memory, and the call fails at once with :class:`ReplyTooLarge`. A reply the ``mcp`` library cannot
+parse (invalid UTF-8, a lone surrogate, nesting too deep for its JSON parser) is logged by that library
+with a traceback and then dropped, leaving the call to wait for its deadline: the log record is taken
+instead (:class:`_MalformedReplies`), so the call fails at once with :class:`MalformedReply` and nothing
+is printed.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +38,42 @@ class MCPError(RuntimeError):
 
 class ReplyTooLarge(MCPError):
     """The server's reply went over the cap on reply size; the rest was not read."""
+
+
+class MalformedReply(MCPError):
+    """The server's reply could not be parsed as an MCP message (it was dropped by the client library)."""
+
+
+#: The session whose asyncio task (and the ``mcp`` tasks it starts, which inherit its context) is running.
+_SESSION: contextvars.ContextVar[MCPSession | None] = contextvars.ContextVar("echo_trl_mcp_session", default=None)
+
+#: ``mcp`` loggers that report a reply they could not parse (``logger.exception``) before dropping it.
+MCP_PARSE_LOGGERS = ("mcp.client.streamable_http", "mcp.shared.session", "mcp.client.session")
+
+
+class _MalformedReplies(logging.Filter):
+    """Turns the ``mcp`` library's logged parse failures into the failure of the session they happened in.
+
+    The library logs the exception with its traceback and drops the reply, so the request would wait for its
+    deadline; instead the session records a :class:`MalformedReply` that the waiting call raises at once, and
+    the record is not printed. Records from outside an echo-trl session pass through unchanged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        session = _SESSION.get()
+        if session is None or record.levelno < logging.ERROR:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        detail = _describe(exc) if exc is not None else record.getMessage()
+        detail = " ".join(detail.split())
+        session._failure = MalformedReply(f"malformed reply from the scenario server ({detail[:300]})")
+        return False
+
+
+@functools.cache
+def _install_malformed_reply_filter() -> None:
+    for name in MCP_PARSE_LOGGERS:
+        logging.getLogger(name).addFilter(_MalformedReplies())
 
 
 @dataclass(frozen=True)
@@ -158,6 +200,8 @@ class MCPSession:
         from mcp.client.streamable_http import streamable_http_client
 
         self._closed = asyncio.Event()
+        _install_malformed_reply_filter()
+        _SESSION.set(self)  # this task's context, inherited by the tasks the mcp client starts in it
         try:
             transport = _capped_transport_class()(self.socket_path, self.max_reply_bytes, self._reply_too_large)
             async with (

@@ -1,0 +1,216 @@
+"""Misuse of every command ends in one ``echo-trl CMD: error: ...`` line and exit 2, never a traceback.
+
+Damaged datasets, swapped model / dataset paths, impossible numbers and an unreachable Hub, each as a user
+meets them; then a property over generated flag combinations of every sub-command.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from helpers.episodes import openenv_episode
+from helpers.hub import CountingEndpoint
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from echo_trl.commands.cli import COMMANDS, main
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A tiny model, a saved trajectory dataset, and damaged copies of it."""
+    import shutil
+
+    from echo_trl.data.build import build_awm_dataset
+    from echo_trl.demo.tiny import ensure_tiny_model
+
+    root = tmp_path_factory.mktemp("misuse")
+    episodes = root / "eps.jsonl"
+    episodes.write_text("".join(json.dumps(openenv_episode(task_idx=i)) + "\n" for i in range(4)))
+    build_awm_dataset([episodes]).save_to_disk(str(root / "ds"))
+    model = ensure_tiny_model(root / "model", family="qwen3", vocab_size=600, hidden_size=32)
+    shutil.copytree(root / "ds", root / "truncated_arrow")
+    (arrow,) = (root / "truncated_arrow").glob("*.arrow")
+    arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+    shutil.copytree(root / "ds", root / "bad_info")
+    (root / "bad_info" / "dataset_info.json").write_text('{"features": ', encoding="utf-8")
+    (root / "a_file").write_text("not a directory\n", encoding="utf-8")
+    return root, model, episodes
+
+
+def run_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """``echo-trl ARGV`` through the CLI's own ``main`` (an argparse exit is a ``SystemExit``): (code, stderr)."""
+    sigterm = signal.getsignal(signal.SIGTERM)  # capture installs its own handler
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    return code, capsys.readouterr().err
+
+
+def assert_one_line(code: int, err: str, command: str, *needles: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"echo-trl {command}: error: "), err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def train_flags(model, dataset, output, *extra) -> list[str]:
+    return [
+        "train",
+        *("--model_name_or_path", str(model), "--dataset_name", str(dataset), "--output_dir", str(output)),
+        *("--max_steps", "1", "--per_device_train_batch_size", "2", "--num_generations", "2", "--use_cpu"),
+        *("--report_to", "none", "--save_strategy", "no", "--max_completion_length", "1024"),
+        *("--gradient_checkpointing", "false", "--disable_tqdm", "true", *extra),
+    ]
+
+
+def test_push_to_hub_without_network_keeps_the_local_save(assets, tmp_path):
+    root, _, episodes = assets
+    hub = CountingEndpoint()  # a Hub that hangs up on every connection
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(episodes)]
+            + ["--output", str(tmp_path / "out"), "--push_to_hub", "me/awm-echo"],
+            capture_output=True,
+            text=True,
+            env=hub.env(),
+            timeout=120,
+        )
+    finally:
+        hub.close()
+    assert_one_line(proc.returncode, proc.stderr, "build-dataset", "me/awm-echo", str(tmp_path / "out"), "kept")
+    from echo_trl.data.store import load_echo_dataset
+
+    assert len(load_echo_dataset(tmp_path / "out")) == 4  # the local save stayed, whole
+
+
+@pytest.mark.parametrize("command", ["stats", "eval-world-model", "train"])
+def test_a_truncated_arrow_file_is_named(assets, command, tmp_path, capsys):
+    root, model, _ = assets
+    bad = root / "truncated_arrow"
+    argv = {
+        "stats": ["stats", str(bad), "--tokenizer", str(model)],
+        "eval-world-model": ["eval-world-model", "--model", str(model), "--dataset", str(bad)],
+        "train": train_flags(model, bad, tmp_path / "out"),
+    }[command]
+    code, err = run_in_process(argv, capsys)
+    (arrow,) = bad.glob("*.arrow")
+    assert_one_line(code, err, command, str(bad), arrow.name, "damaged")
+
+
+def test_a_damaged_dataset_info_is_named(assets, capsys):
+    root, model, _ = assets
+    code, err = run_in_process(["stats", str(root / "bad_info"), "--tokenizer", str(model)], capsys)
+    assert_one_line(code, err, "stats", "dataset_info.json", "damaged")
+
+
+def test_eval_world_model_on_a_model_directory_as_dataset(assets, capsys):
+    _, model, _ = assets
+    code, err = run_in_process(["eval-world-model", "--model", str(model), "--dataset", str(model)], capsys)
+    assert_one_line(code, err, "eval-world-model", f"dataset {model}", "model directory")
+
+
+def test_train_with_a_batch_size_of_zero(assets, tmp_path, capsys):
+    root, model, _ = assets
+    argv = train_flags(model, root / "ds", tmp_path / "out", "--per_device_train_batch_size", "0")
+    code, err = run_in_process(argv, capsys)
+    assert_one_line(code, err, "train", "per_device_train_batch_size", ">= 1")
+
+
+def test_train_with_output_dir_a_file(assets, capsys):
+    root, model, _ = assets
+    code, err = run_in_process(train_flags(model, root / "ds", root / "a_file"), capsys)
+    assert_one_line(code, err, "train", "--output_dir", str(root / "a_file"), "is a file")
+    assert (root / "a_file").read_text() == "not a directory\n"
+
+
+def test_train_with_a_dataset_as_the_model(assets, tmp_path, capsys):
+    root, _, _ = assets
+    code, err = run_in_process(train_flags(root / "ds", root / "ds", tmp_path / "out"), capsys)
+    assert_one_line(code, err, "train", "--model_name_or_path", str(root / "ds"), "not a model directory")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--tool_timeout", "-1"), ("--verifier_timeout", "nan")])
+def test_capture_refuses_impossible_timeouts(tmp_path, flag, value, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    argv = ["capture", "--data", str(data), "--scenario", "s", "--policy", "replay:x.jsonl"]
+    argv += ["--output", str(tmp_path / "out"), flag, value]
+    code, err = run_in_process(argv, capsys)
+    assert_one_line(code, err, "capture", flag, repr(value))
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+# --- the property: generated flag combinations, every sub-command ------------------------------------------------
+
+#: Values that break naive parsing: empty, zero, negative, non-finite, huge, words, paths of every kind.
+BAD_VALUES = ["", "0", "-1", "1", "nan", "inf", "-inf", "1e999", "abc", "true", "/nonexistent/x", "{a_file}", "{dir}"]
+MISSING = "/nonexistent/echo-trl-misuse"
+
+
+@functools.cache
+def _options(command: str) -> list[tuple[str, bool]]:
+    """(flag, takes a value) of every long option of ``command``'s parser."""
+    if command == "train":
+        from echo_trl.commands.train import make_parser
+
+        parser = make_parser()
+    else:
+        parser = importlib.import_module(COMMANDS[command][0]).build_parser()
+    parser.format_help()  # echo-trl parsers register their underscore spellings here
+    out = []
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+        if longs and not (command == "train" and longs[0] in TRAIN_SKIPPED):
+            out.append((longs[0], action.nargs != 0))
+    return out
+
+
+#: TRL / transformers flags that load or contact something outside the process (a config file, an
+#: accelerator, a tracker) before any echo-trl code runs; their validation is theirs.
+TRAIN_SKIPPED = {"--deepspeed", "--fsdp", "--fsdp_config", "--accelerator_config", "--config", "--push_to_hub"}
+
+#: Positional / required arguments that make every generated run stop at a missing path, before any model loads.
+REQUIRED = {
+    "build-dataset": [MISSING, "--output", "{dir}/out"],
+    "stats": [MISSING, "--tokenizer", MISSING],
+    "eval-world-model": ["--model", MISSING, "--dataset", MISSING],
+    "capture": ["--data", MISSING, "--scenario", "s", "--policy", f"replay:{MISSING}", "--output", "{dir}/out"],
+    "train": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
+}
+
+
+@st.composite
+def command_lines(draw):
+    command = draw(st.sampled_from(sorted(COMMANDS)))
+    options = _options(command)
+    argv = [command, *REQUIRED[command]]
+    for flag, takes_value in draw(st.lists(st.sampled_from(options), min_size=1, max_size=4)):
+        argv.append(flag)
+        if takes_value:
+            argv.append(draw(st.sampled_from(BAD_VALUES)))
+    return argv
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=command_lines())
+def test_no_flag_combination_prints_a_traceback(argv, tmp_path_factory, capsys):
+    root = tmp_path_factory.mktemp("flags")
+    (root / "a_file").write_text("x\n")
+    argv = [a.replace("{a_file}", str(root / "a_file")).replace("{dir}", str(root)) for a in argv]
+    code, err = run_in_process(argv, capsys)
+    assert code in (0, 2) and "Traceback" not in err, (argv, err)
+    if code == 2:
+        assert err.strip().splitlines()[-1].startswith(f"echo-trl {argv[0]}: error: "), (argv, err)
