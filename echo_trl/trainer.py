@@ -14,7 +14,7 @@ attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrai
   offline prefix sharing (``trl_compat.shared_forward``, micro-batches in the sampler's order);
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each recorded
   trajectory once per epoch (not ``num_generations`` times), in an order of (seed, epoch): resumable;
-* ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
+* ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer and ZeRO-3/FSDP's initial logps;
 * ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``train/model_card.py``).
 """
 

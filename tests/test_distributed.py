@@ -218,17 +218,24 @@ def test_a_config_precision_the_flags_contradict_is_named_before_deepspeed_fails
 
 @pytest.mark.parametrize("engine", ["ddp", "zero3"])
 def test_launches_exit_cleanly_every_time(assets, tmp_path, engine):
-    root, model, _ = assets
+    root, model, probe = assets
+    probe_out = tmp_path / "probe"
+    probe_out.mkdir()
     if engine == "ddp":
-        launch, extra, env = DDP_LAUNCH, [], launch_env(ACCELERATE_USE_CPU="true")
+        launch, extra, env = DDP_LAUNCH, [], launch_env(probe, probe_out, ACCELERATE_USE_CPU="true")
     else:
         pytest.importorskip("deepspeed", reason="deepspeed is in the dev extra: pip install -e '.[dev]'")
         launch = ["--config_file", str(CONFIGS / "deepspeed_zero3_cpu.yaml"), "--num_processes", "2"]
-        extra, env = ["--ddp_backend", "gloo"], launch_env()
+        extra, env = ["--ddp_backend", "gloo"], launch_env(probe, probe_out)
     for attempt in range(REPEATS):
         out = tmp_path / f"run{attempt}"
+        for stale in probe_out.glob("teardown*.json"):
+            stale.unlink()
         flags = [*_train_flags(root, model, out, 4, use_cpu=engine == "ddp", evaluate=False, steps=1), *extra]
         # a hang at exit shows as the timeout (the work itself takes well under a minute)
         proc, _ = run([*accelerate_launch(*launch), *flags], env, root, timeout=EXIT_TIMEOUT)
         assert proc.returncode == 0, f"{engine} launch {attempt}:\n{proc.stderr[-3000:]}"
         assert len(_logs(out)) == 1
+        for rank in (0, 1):  # the wrapped model (whose destructor waits on the backend) went before the group
+            teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())
+            assert teardown["wrapped_alive"] == [False], (engine, attempt, rank)

@@ -265,12 +265,14 @@ class StartingLogps:
         return {i: column[i] for i in self.todo}
 
     def save(self, trainer, checkpoint: str) -> None:
+        """Write the column into ``checkpoint`` (main process; called beside the RNG state of each checkpoint)."""
         if self.values is not None and trainer.accelerator.is_main_process:
             torch.save({"version": VERSION, "values": self.values}, os.path.join(checkpoint, CHECKPOINT_FILE))
 
     def load(self, checkpoint: str | None) -> None:
+        """Take the column from the checkpoint a run resumes from (a file for other rows is ignored)."""
         path = None if checkpoint is None else os.path.join(checkpoint, CHECKPOINT_FILE)
         if self.todo and path is not None and os.path.isfile(path):
             saved = torch.load(path, weights_only=True)
-            if saved.get("version") == VERSION:
+            if saved.get("version") == VERSION and sorted(saved["values"]) == sorted(self.todo):  # same rows
                 self.values = saved["values"]

@@ -19,7 +19,8 @@ CLI = ["-m", "echo_trl.commands.cli"]
 
 #: ``sitecustomize`` for the launched processes only (``PYTHONPATH``): per rank, the starting-model log-probs
 #: :func:`echo_trl.train.behavior.starting_logprobs` returned, and at ``save_model`` the parameters, the world
-#: size, the DeepSpeed ZeRO stage and how much of the weights this process held. Nothing in echo_trl changes.
+#: size, the DeepSpeed ZeRO stage and how much of the weights this process held; when the process group is
+#: destroyed, whether the trained (DDP / DeepSpeed) model was already collected. Nothing in echo_trl changes.
 PROBE = """
 import os
 if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
@@ -54,6 +55,26 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
 
     _b.starting_logprobs = starting_logprobs
     _t.EchoGRPOTrainer.save_model = save_model
+
+    import json, weakref
+    import torch.distributed as _dist
+
+    _wrapped, _destroy = [], _dist.destroy_process_group
+    _orig_train = _t.EchoGRPOTrainer.train
+
+    def train(self, *args, **kwargs):
+        result = _orig_train(self, *args, **kwargs)
+        _wrapped.append(weakref.ref(self.model_wrapped))
+        return result
+
+    def destroy_process_group(*args, **kwargs):  # teardown order: is the wrapped model gone by now?
+        alive = [ref() is not None for ref in _wrapped]
+        with open(_out("teardown").replace(".pt", ".json"), "w") as f:
+            json.dump({"wrapped_alive": alive}, f)
+        return _destroy(*args, **kwargs)
+
+    _t.EchoGRPOTrainer.train = train
+    _dist.destroy_process_group = destroy_process_group
 """
 
 
