@@ -125,7 +125,9 @@ def test_zero3_shards_the_weights_and_initial_equals_one_process(runs):
             torch.testing.assert_close(torch.tensor(got["values"][row]), torch.tensor(values), atol=TOL, rtol=0)
         n += len(values)
     assert n > 100
-    worst = max(abs(a - b) for got in initial for r, v in expected.items() for a, b in zip(got["values"][r], v))
+    worst = max(
+        abs(a - b) for got in initial for r, v in expected.items() for a, b in zip(got["values"][r], v, strict=True)
+    )
     print(f"{case}: {n} starting-model log-probs, largest |ZeRO-3 - one process|: {worst:.2e}")
     _losses_match(runs, case)
 
