@@ -11,7 +11,10 @@ each checking several things against a one-process run on the same global batch:
 * ZeRO-2, LoRA, ``behavior_policy="current"``, prefix sharing off: the engine runs ZeRO stage 2, the logged
   losses equal one process's within 1e-5 and the trained adapter matches.
 
-CI budget: 4 launches (2 x 2 processes, 2 x 1), about 4 minutes on 2 loaded cores (docs/training.md).
+A third ZeRO-3 launch resumes the first from its step-1 checkpoint: no starting-model log-probs are computed
+(the checkpoint carries them) and step 2 logs the uninterrupted run's loss.
+
+CI budget: 5 launches (3 x 2 processes, 2 x 1); measured times in docs/training.md.
 """
 
 from __future__ import annotations
@@ -64,6 +67,17 @@ def train_flags(root: Path, model: Path, out: Path, per_device: int) -> list[str
     ]
 
 
+def sharded_cmd(root: Path, model: Path, out: Path, launch_args: list[str], flags: list[str]) -> list[str]:
+    config = ["--config_file", str(CONFIGS / "deepspeed_zero3_cpu.yaml"), "--num_processes", "2"]
+    return [
+        *accelerate_launch(*config, *launch_args),
+        *train_flags(root, model, out, 4),
+        *flags,
+        "--ddp_backend",
+        "gloo",
+    ]
+
+
 @pytest.fixture(scope="module")
 def runs(assets):
     """``runs(case)``: the case's two runs (launched on first use), by name: ``(output_dir, probe_dir)``."""
@@ -80,9 +94,9 @@ def runs(assets):
             probe_out.mkdir()
             out = root / name
             if mode == "sharded":
-                config = ["--config_file", str(CONFIGS / "deepspeed_zero3_cpu.yaml"), "--num_processes", "2"]
-                cmd = accelerate_launch(*config, *launch_args)
-                cmd += [*train_flags(root, model, out, 4), *flags, "--ddp_backend", "gloo"]
+                cmd = sharded_cmd(root, model, out, launch_args, flags)
+                if case == "zero3_initial_shared":  # a checkpoint after step 1, for the resume test
+                    cmd += ["--save_strategy", "steps", "--save_steps", "1"]
                 env = launch_env(probe, probe_out)
             else:
                 cmd = [*single_process(), *train_flags(root, model, out, 8), *flags, "--use_cpu", "true"]
@@ -145,3 +159,26 @@ def test_zero2_lora_current_equals_one_process(runs):
     for name, value in params.items():
         torch.testing.assert_close(value, single["params"][name], rtol=1e-3, atol=1e-4, msg=name)
         torch.testing.assert_close(value, ranks[1]["params"][name], rtol=0, atol=0, msg=name)
+
+
+def test_zero3_resume_takes_the_starting_logprobs_from_the_checkpoint(assets, runs):
+    """Resumed after step 1, the run computes no starting-model log-probs (they would come from trained weights):
+    the checkpoint carries them, and step 2 logs the loss of the uninterrupted run."""
+    root, model, probe = assets
+    case = "zero3_initial_shared"
+    done = runs(case)[f"{case}_sharded"][0]
+    checkpoint = done / "checkpoint-1"
+    assert (checkpoint / "echo_initial_logprobs.pt").is_file()
+    probe_out, out = root / "probe_resumed", root / "resumed"
+    probe_out.mkdir()
+    launch_args, flags = CASES[case]
+    cmd = [*sharded_cmd(root, model, out, launch_args, flags), "--resume_from_checkpoint", str(checkpoint)]
+    proc, wall = run(cmd, launch_env(probe, probe_out), root)
+    assert proc.returncode == 0, f"resume failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    print(f"resume launch wall time (s): {wall:.1f}")
+    assert not list(probe_out.glob("initial*.pt"))  # never recomputed
+    resumed, uninterrupted = loss_logs(out), loss_logs(done)
+    assert [h["step"] for h in resumed] == [1, 2]  # step 1's entry comes with the checkpoint's trainer state
+    for key in ("loss", "world/ce_env"):
+        assert resumed[1][key] == pytest.approx(uninterrupted[1][key], abs=TOL, rel=0), key
+    print(f"resumed step 2 loss - uninterrupted: {abs(resumed[1]['loss'] - uninterrupted[1]['loss']):.2e}")
