@@ -14,7 +14,7 @@ attribute and call goes through ``trl_compat.py``. It overrides these ``GRPOTrai
   offline prefix sharing (``trl_compat.shared_forward``, micro-batches in the sampler's order);
 * ``_get_train_sampler`` / ``_get_eval_sampler`` / ``_set_signature_columns_if_needed``: each recorded
   trajectory once per epoch (not ``num_generations`` times), in an order of (seed, epoch): resumable;
-* ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer (exact resume);
+* ``_save_rng_state`` / ``_load_rng_state``: checkpoints keep TRL's generation buffer and ZeRO-3/FSDP's initial logps;
 * ``create_model_card`` / ``save_model``: TRL's model card plus the ECHO section (``train/model_card.py``).
 """
 
@@ -33,7 +33,7 @@ from .errors import EchoTrlError
 from .train import metrics, offline, trl_compat
 from .train.advantages import with_advantages
 from .train.batch import CompletionMasks
-from .train.behavior import add_initial_logprobs
+from .train.behavior import TRAIN_INDEX, add_initial_logprobs
 from .train.collator import CollatorSettings
 from .train.loss import divisor_for, global_count, world_coeff_at, world_loss, world_totals
 from .train.model import check_temperatures, context_length, logps_from_hidden
@@ -110,7 +110,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_settings = CollatorSettings.from_args(args, context_length(self.model))
         self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
         offline.tokenize_and_share(self, share=self._echo_share)  # tokens once; prefix-tree attention
-        add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # behavior_policy="initial"
+        self._echo_initial = add_initial_logprobs(self, self._echo_settings, share=self._echo_share)  # "initial"
         check_temperatures(
             self.model,
             temperature=self.temperature,
@@ -134,7 +134,7 @@ class EchoGRPOTrainer(GRPOTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        trl_compat.add_signature_columns(self, [*offline.TRAJECTORY_COLUMNS, EVAL_INDEX_COLUMN])
+        trl_compat.add_signature_columns(self, [*offline.TRAJECTORY_COLUMNS, EVAL_INDEX_COLUMN, TRAIN_INDEX])
 
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
@@ -152,17 +152,19 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
         trl_compat.save_generation_buffer(self, output_dir)
+        self._echo_initial.save(self, output_dir)  # ZeRO-3/FSDP: the starting-model column travels with it
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)  # Trainer calls it once on resume, before the first training_step
         trl_compat.load_generation_buffer(self, checkpoint)
+        self._echo_initial.load(checkpoint)
 
     # ----------------------------------------------------------------------------------------
     # Batches
 
     def _generate_and_score_completions(self, inputs):
         if inputs and "completion" in inputs[0]:  # offline: recorded trajectories, collated instead of generated
-            return offline.collate_batch(self, inputs, self._echo_settings)
+            return offline.collate_batch(self, self._echo_initial.rows(self, inputs), self._echo_settings)
         output = super()._generate_and_score_completions(inputs)
         rollouts, self._echo_rollouts = self._echo_rollouts, None
         masks = online_masks(

@@ -8,22 +8,19 @@ the held-out ``eval_world/ce_env`` of the untouched model (``--eval_on_start``, 
 2 x 2 sharded eval loader repeats 3 of them to even out its last batch) equals the one-process value.
 
 The per-rank parameters come from a ``sitecustomize`` probe put on ``PYTHONPATH`` for the launched
-processes only: it wraps ``EchoGRPOTrainer.save_model`` to dump each rank's parameters. Nothing in
-``echo_trl`` is changed for the test.
+processes only (``helpers.launch.PROBE``): it wraps ``EchoGRPOTrainer.save_model`` to dump each rank's
+parameters. Nothing in ``echo_trl`` is changed for the test. The launcher is the running interpreter's
+accelerate (``python -m accelerate.commands.launch``): never a skip for one missing on PATH.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers.processes import free_port
+from helpers.launch import CONFIGS, accelerate_launch, launch_env, run, single_process, write_probe
 
 from echo_trl.data.build import build_awm_dataset
 from echo_trl.data.store import load_echo_dataset, save_dataset
@@ -34,23 +31,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 MAX_COMPLETION = 1024
 STEPS = 2
 EVAL_ROWS, EVAL_BATCH = 5, 2  # 2 processes x 2 per device: the last eval batch holds 1 real row, 3 repeats
-
-_PROBE = """
-import os
-if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
-    import torch
-    import echo_trl.trainer as _t
-
-    _orig = _t.EchoGRPOTrainer.save_model
-
-    def save_model(self, *args, **kwargs):
-        out = os.path.join(os.environ["ECHO_TRL_TEST_PROBE_DIR"], "rank%s.pt" % os.environ["RANK"])
-        params = {n: p.detach().clone() for n, p in self.accelerator.unwrap_model(self.model).named_parameters()}
-        torch.save({"params": params, "world_size": self.accelerator.num_processes}, out)
-        return _orig(self, *args, **kwargs)
-
-    _t.EchoGRPOTrainer.save_model = save_model
-"""
+REPEATS, EXIT_TIMEOUT = 2, 420  # launches per engine in the exit test (plus the ones above); seconds each
 
 
 @pytest.fixture(scope="module")
@@ -71,128 +52,50 @@ def assets(tmp_path_factory):
     save_dataset(held, root / "held")
     corpus = [m["content"] for row in [*ds, *held] for m in row["completion"]]
     model = ensure_tiny_model(root / "model", family="qwen3", corpus=corpus, vocab_size=600, hidden_size=32)
-    probe = root / "probe"
-    probe.mkdir()
-    (probe / "sitecustomize.py").write_text(_PROBE)
-    return root, model, probe
+    return root, model, write_probe(root)
 
 
-def _train_flags(root: Path, model: Path, out: Path, per_device: int) -> list[str]:
-    return [
+def _train_flags(
+    root: Path, model: Path, out: Path, per_device: int, *, use_cpu: bool = True, evaluate: bool = True, steps=STEPS
+) -> list[str]:
+    flags = [
         "train",
-        "--model_name_or_path",
-        str(model),
-        "--dataset_name",
-        str(root / "data"),
-        "--output_dir",
-        str(out),
-        "--max_steps",
-        str(STEPS),
-        "--per_device_train_batch_size",
-        str(per_device),
-        "--num_generations",
-        "2",
-        "--use_cpu",
-        "true",
-        "--bf16",
-        "false",
-        "--report_to",
-        "none",
-        "--save_strategy",
-        "no",
-        "--logging_steps",
-        "1",
-        "--max_completion_length",
-        str(MAX_COMPLETION),
-        "--gradient_checkpointing",
-        "false",
-        "--dtype",
-        "float32",
-        "--disable_tqdm",
-        "true",
-        "--learning_rate",
-        "1e-3",
-        "--world_model_coeff",
-        "0.05",
-        "--seed",
-        "0",
-        # held-out CE of the initial model only (eval_steps past max_steps)
-        "--eval_strategy",
-        "steps",
-        "--eval_on_start",
-        "true",
-        "--eval_steps",
-        "1000",
-        "--eval_dataset_name",
-        str(root / "held"),
-        "--per_device_eval_batch_size",
-        str(EVAL_BATCH),
+        *("--model_name_or_path", str(model), "--dataset_name", str(root / "data"), "--output_dir", str(out)),
+        *("--max_steps", str(steps), "--per_device_train_batch_size", str(per_device), "--num_generations", "2"),
+        *(["--use_cpu", "true"] if use_cpu else []),
+        *("--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1"),
+        *("--max_completion_length", str(MAX_COMPLETION), "--gradient_checkpointing", "false"),
+        *("--dtype", "float32", "--disable_tqdm", "true", "--learning_rate", "1e-3", "--world_model_coeff", "0.05"),
+        *("--seed", "0"),
     ]
-
-
-def _env(probe: Path, probe_out: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRL_EXPERIMENTAL_SILENCE": "1",
-        "OMP_NUM_THREADS": "1",
-        "ECHO_TRL_TEST_PROBE_DIR": str(probe_out),
-        "ACCELERATE_USE_CPU": "true",
-        "PYTHONPATH": os.pathsep.join([str(probe), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
+    if evaluate:  # held-out CE of the initial model only (eval_steps past max_steps)
+        flags += ["--eval_strategy", "steps", "--eval_on_start", "true", "--eval_steps", "1000"]
+        flags += ["--eval_dataset_name", str(root / "held"), "--per_device_eval_batch_size", str(EVAL_BATCH)]
+    return flags
 
 
 def _logs(out: Path, key: str = "loss") -> list[dict]:
     return [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if key in h]
 
 
+DDP_LAUNCH = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+DDP_LAUNCH += ["--dynamo_backend", "no"]
+
+
 @pytest.fixture(scope="module")
 def runs(assets):
     root, model, probe = assets
-    if shutil.which("accelerate") is None:  # pragma: no cover - accelerate is a TRL dependency
-        pytest.skip("the accelerate launcher is not on PATH")
     results = {}
     for name, launcher, per_device in [
-        (
-            "ddp",
-            [
-                "accelerate",
-                "launch",
-                "--multi_gpu",
-                "--num_processes",
-                "2",
-                "--num_machines",
-                "1",
-                "--mixed_precision",
-                "no",
-                "--dynamo_backend",
-                "no",
-                "--main_process_port",
-                str(free_port()),
-                "-m",
-                "echo_trl.commands.cli",
-            ],
-            4,
-        ),
-        ("single", [sys.executable, "-m", "echo_trl.commands.cli"], 8),
+        ("ddp", accelerate_launch(*DDP_LAUNCH), 4),
+        ("single", single_process(), 8),
     ]:
         probe_out = root / f"probe_{name}"
         probe_out.mkdir(exist_ok=True)
-        env = _env(probe, probe_out)
-        if name == "single":
-            env["RANK"] = "0"  # the probe dumps rank0.pt for the one-process run too
+        # the probe dumps rank0.pt for the one-process run too
+        env = launch_env(probe, probe_out, ACCELERATE_USE_CPU="true", **({"RANK": "0"} if name == "single" else {}))
         out = root / name
-        proc = subprocess.run(
-            [*launcher, *_train_flags(root, model, out, per_device)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=root,
-        )
+        proc, _ = run([*launcher, *_train_flags(root, model, out, per_device)], env, root, timeout=600)
         assert proc.returncode == 0, f"{name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         results[name] = (out, probe_out)
     return results
@@ -270,3 +173,72 @@ def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
     assert single[0]["eval_world/ce_env"] == pytest.approx(ce(per_row), rel=1e-5)
     # the repeats accelerate pads the last batch with (rows 0-2), counted twice, move the CE well past that
     assert ce(per_row + per_row[:3]) != pytest.approx(ce(per_row), rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# Launches that would silently run something else are refused, in one line, exit 2
+
+
+def _refusal(assets, tmp_path, launch_args: list[str], flags: list[str]) -> str:
+    root, model, _ = assets
+    flags = [*_train_flags(root, model, tmp_path / "out", 4, use_cpu=False, evaluate=False), *flags]
+    proc, _ = run([*accelerate_launch(*launch_args), *flags], launch_env(), root, timeout=600)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("echo-trl train: error:")]
+    # one line per rank that got to say it (the launcher stops the other rank once one has failed)
+    assert lines and len(set(lines)) == 1, out[-3000:]
+    assert "exitcode  : 2" in out  # echo-trl's usage-error status
+    assert "echo_trl/" not in out  # no traceback through echo_trl
+    assert not (tmp_path / "out" / "trainer_state.json").exists()
+    return lines[0]
+
+
+def test_fsdp_on_cpu_processes_is_refused_not_run_as_ddp(assets, tmp_path):
+    config = ["--config_file", str(CONFIGS / "fsdp2.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
+    line = _refusal(assets, tmp_path, config, ["--use_cpu", "true"])
+    assert "FSDP was requested" in line and "MULTI_CPU" in line and "plain DDP" in line
+    assert "deepspeed_zero3_cpu.yaml" in line
+
+
+def test_processes_that_cannot_see_each_other_are_refused(assets, tmp_path):
+    line = _refusal(assets, tmp_path, DDP_LAUNCH, [])  # no --use_cpu on a machine without a GPU
+    assert "launched as 2 processes" in line and "joined no process group" in line and "--use_cpu true" in line
+
+
+def test_a_config_precision_the_flags_contradict_is_named_before_deepspeed_fails(assets, tmp_path):
+    pytest.importorskip("deepspeed", reason="deepspeed is in the dev extra: pip install -e '.[dev]'")
+    config = ["--config_file", str(CONFIGS / "deepspeed_zero3.yaml"), "--num_processes", "2"]
+    line = _refusal(assets, tmp_path, config, ["--ddp_backend", "gloo"])  # the shipped GPU config: bf16
+    assert "mixed_precision: bf16" in line and "--bf16 false" in line
+
+
+# --------------------------------------------------------------------------------------------
+# Exit: every launch ends, repeatedly (a rank once hung in DDP's teardown after the work was done)
+
+
+@pytest.mark.parametrize("engine", ["ddp", "zero3"])
+def test_launches_exit_cleanly_every_time(assets, tmp_path, engine):
+    root, model, probe = assets
+    probe_out = tmp_path / "probe"
+    probe_out.mkdir()
+    if engine == "ddp":
+        launch, extra, env = DDP_LAUNCH, [], launch_env(probe, probe_out, ACCELERATE_USE_CPU="true")
+    else:
+        pytest.importorskip("deepspeed", reason="deepspeed is in the dev extra: pip install -e '.[dev]'")
+        launch = ["--config_file", str(CONFIGS / "deepspeed_zero3_cpu.yaml"), "--num_processes", "2"]
+        extra, env = ["--ddp_backend", "gloo"], launch_env(probe, probe_out)
+    for attempt in range(REPEATS):
+        out = tmp_path / f"run{attempt}"
+        for stale in probe_out.glob("teardown*.json"):
+            stale.unlink()
+        flags = [*_train_flags(root, model, out, 4, use_cpu=engine == "ddp", evaluate=False, steps=1), *extra]
+        # a hang at exit shows as the timeout (the work itself takes well under a minute)
+        proc, _ = run([*accelerate_launch(*launch), *flags], env, root, timeout=EXIT_TIMEOUT)
+        assert proc.returncode == 0, f"{engine} launch {attempt}:\n{proc.stderr[-3000:]}"
+        assert len(_logs(out)) == 1
+        for rank in (0, 1):
+            teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())  # the group was destroyed
+            if engine == "ddp":  # and the DDP model (whose reducer waits on gloo's threads) was collected before it
+                assert teardown["wrapped_alive"] == [False], (engine, attempt, rank)
+            # DeepSpeed's engine stays referenced by the hooks it put on the model until the interpreter exits

@@ -109,7 +109,13 @@ def main(argv: list[str]) -> int:
             else ""
         )
         raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
-    return run_training(script_args, training_args, model_args)
+    from .launch_checks import check_launch, leave_process_group
+
+    try:
+        check_launch(training_args)  # what accelerate would run silently differently, refused before loading
+        return run_training(script_args, training_args, model_args)
+    finally:
+        leave_process_group()  # every path: the trainer collected, then the process group destroyed
 
 
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
@@ -176,8 +182,10 @@ def run_training(script_args: EchoScriptArguments, training_args, model_args) ->
     if final:
         trainer.accelerator.print(f"held-out env CE: {final[-1]['eval_world/ce_env']:.4f} nats/token")
     trainer.accelerator.print(f"model and trainer_state.json saved to {training_args.output_dir}")
-    trainer.accelerator.end_training()  # every process leaves the process group before exiting
-    return 0
+    for tracker in trainer.accelerator.trackers:
+        tracker.finish()
+    trainer.accelerator.wait_for_everyone()  # no rank leaves the group while another still saves
+    return 0  # the trainer goes with this frame; main() then destroys the process group
 
 
 def _load_split(name: str, split: str):

@@ -21,6 +21,14 @@ loads them instead of forwarding again. Rows that carry ``behavior_logprobs`` ke
 
 Processes share the work: each forwards every ``world_size``-th micro-batch of the grouped order and
 all of them gather the whole column.
+
+Under DeepSpeed ZeRO-3 and FSDP the weights are sharded (or not yet placed) at trainer init, so the column
+is computed later, inside the prepared model, at the first training batch (before the first optimizer step,
+so from the starting weights): :class:`StartingLogps`. The sharded forward is collective, so every process
+runs the same number of forwards and lets the gathered weights go afterwards (:mod:`echo_trl.train.engines`);
+the fingerprint hashes every process's shard. The rows reach the collator with a row number
+(:data:`TRAIN_INDEX`) the column is looked up by. Checkpoints carry the column (:data:`CHECKPOINT_FILE`), and a
+resumed run takes it from there: it is never recomputed from trained weights.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import os
 import numpy as np
 import torch
 from accelerate.utils import gather_object
-from datasets import Features, List, Value
+from datasets import Dataset, Features, List, Value
 
 from ..data.content import dataset_content_key
 from ..errors import EchoTrlError
@@ -43,15 +51,20 @@ from ..progress import progress
 from ..tokens.cache import cache_file_for, map_progress, map_to_cache
 from . import trl_compat
 from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .engines import local_shard, release_gathered
 from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
 
-__all__ = ["add_initial_logprobs", "model_fingerprint"]
+__all__ = ["CHECKPOINT_FILE", "TRAIN_INDEX", "StartingLogps", "add_initial_logprobs", "model_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
 #: Bumped whenever what the column holds changes, so stale caches are not reused.
 VERSION = "1"
+#: Row number of each train trajectory, by which a column computed after the dataloader was built is found.
+TRAIN_INDEX = "echo_train_index"
+#: The starting-model column in a checkpoint (sharded runs: what a resumed run uses).
+CHECKPOINT_FILE = "echo_initial_logprobs.pt"
 
 
 def unrecorded_rows(dataset) -> list[int]:
@@ -75,7 +88,7 @@ def model_fingerprint(model) -> str:
     h.update(model.config.to_json_string(use_diff=False).encode())
     with torch.no_grad():
         for name, p in model.named_parameters():
-            flat = p.detach().reshape(-1)
+            flat = local_shard(p).detach().reshape(-1)  # sharded: this process's part (see sharded_fingerprint)
             sample = flat[:: max(1, flat.numel() // 4096)][:4096].float().cpu().numpy()
             sums = torch.zeros(2, dtype=torch.float64, device=flat.device)
             for part in flat.split(1 << 24):
@@ -86,6 +99,12 @@ def model_fingerprint(model) -> str:
             h.update(sample.tobytes())
             h.update(sums.tobytes())
     return h.hexdigest()[:16]
+
+
+def sharded_fingerprint(trainer) -> str:
+    """:func:`model_fingerprint` of every process's shard, in rank order (all processes must call it)."""
+    parts = gather_object([model_fingerprint(trainer.model)])
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
 def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp: str) -> str:
@@ -113,47 +132,56 @@ def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]
 
 
 def starting_logprobs(
-    trainer, dataset, indices: list[int], settings: CollatorSettings, *, share: bool
+    trainer, dataset, indices: list[int], settings: CollatorSettings, *, share: bool, sharded: bool = False
 ) -> dict[int, list[float]]:
     """The starting model's log-probs at the kept action tokens of rows ``indices`` of ``dataset``.
 
     Processes split the micro-batches round-robin and gather everyone's (all processes must call it).
+    ``sharded``: the forward is collective, so a process with fewer micro-batches forwards its first one again
+    (result dropped) until all have run as many, and the gathered weights are let go afterwards.
     """
     tokenizer = trl_compat.tokenizer(trainer)
     accelerator = trainer.accelerator
     batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)
-    mine = batches[accelerator.process_index :: accelerator.num_processes]
+    mine = [(chunk, True) for chunk in batches[accelerator.process_index :: accelerator.num_processes]]
+    if sharded and batches:
+        rounds = -(-len(batches) // accelerator.num_processes)
+        mine += [(mine[0][0] if mine else batches[0], False)] * (rounds - len(mine))
     model = trainer.model
     was_training = model.training
     model.eval()  # no dropout: the policy that sampled the recordings
     found: list[tuple[int, list[float]]] = []
     try:
-        for chunk in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
+        for chunk, kept in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
             features = [trajectory_features(tokenizer, dataset[i], settings) for i in chunk]
             batch = collate_features(features, tokenizer.pad_token_id)
             logps = trl_compat.starting_policy_logps(trainer, batch, share=share)
             for row, f, values in zip(chunk, features, logps.float().cpu(), strict=True):
                 action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
-                found.append((row, values[torch.as_tensor(action, dtype=torch.long)].tolist()))
+                if kept:
+                    found.append((row, values[torch.as_tensor(action, dtype=torch.long)].tolist()))
     finally:
         model.train(was_training)
+        if sharded:
+            release_gathered(trainer)
     if accelerator.num_processes > 1:
         found = gather_object(found)
     return dict(found)
 
 
-def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) -> None:
+def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) -> StartingLogps:
     """At trainer init (after the token cache, before any update): an offline ``trainer.train_dataset`` with
     :data:`INITIAL_LOGPS` when it trains a policy with ``behavior_policy="initial"`` and some row recorded no
-    log-probs; computed once per (dataset, starting model, settings) and cached."""
+    log-probs; computed once per (dataset, starting model, settings) and cached. Under ZeRO-3 / FSDP the
+    column is deferred to the first training batch: the returned :class:`StartingLogps` fills it in."""
     dataset, args = trainer.train_dataset, trainer.args
     if not is_trajectory_dataset(dataset):
-        return  # online: TRL's own old log-probs
+        return StartingLogps()  # online: TRL's own old log-probs
     if INITIAL_LOGPS in dataset.column_names:  # another run's (a saved trainer dataset): never trusted, recomputed
         dataset = trainer.train_dataset = dataset.remove_columns(INITIAL_LOGPS)
     todo = unrecorded_rows(dataset) if args.use_policy_loss else []
     if not todo:
-        return
+        return StartingLogps()
     if args.behavior_policy == "current":
         logger.warning(
             "offline ECHO: %d of %d trajectories carry no behavior_logprobs and behavior_policy='current': "
@@ -161,15 +189,21 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             len(todo),
             len(dataset),
         )
-        return
-    if weights_are_sharded(trainer):
-        raise EchoTrlError(
-            "behavior_policy='initial' forwards the starting model over the recordings at trainer init, where "
-            "DeepSpeed ZeRO-3 and FSDP have not gathered its weights yet: set behavior_policy='current', or record "
-            "behavior_logprobs with the trajectories (echo-trl capture --policy model: ... records them)"
-        )
+        return StartingLogps()
+    if weights_are_sharded(trainer):  # no forward possible before the engine wraps the model: at the first batch
+        if TRAIN_INDEX in dataset.column_names:
+            dataset = dataset.remove_columns(TRAIN_INDEX)
+        trainer.train_dataset = dataset.add_column(TRAIN_INDEX, list(range(len(dataset))))
+        return StartingLogps(todo=todo, settings=settings, share=share)
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
     compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
+    trainer.train_dataset = _with_column(trainer, dataset, fingerprint, compute)
+    return StartingLogps()
+
+
+def _with_column(trainer, dataset: Dataset, fingerprint: str, compute) -> Dataset:
+    """``dataset`` with :data:`INITIAL_LOGPS` from ``compute()`` (row -> values), or from the ``datasets`` cache
+    file of ``fingerprint`` when every process has it (``compute`` is collective)."""
 
     def column(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         values = compute()  # not called when the cache file exists: datasets loads it instead
@@ -183,7 +217,7 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
         if not bool(accelerator.gather(cached).all()):
             compute()
     with accelerator.main_process_first(), map_progress(False):  # the forward has its own bar
-        trainer.train_dataset = map_to_cache(
+        return map_to_cache(
             dataset,
             column,
             cache_file,
@@ -194,3 +228,52 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             features=features,
             desc="storing starting-model log-probs",
         )
+
+
+class StartingLogps:
+    """The starting model's column where it could not be computed at init (ZeRO-3, FSDP): computed inside the
+    prepared model at the first training batch, added to each batch's rows by :data:`TRAIN_INDEX`, saved with
+    every checkpoint and taken from it on resume. Without ``todo`` (the column is in the dataset, or not needed)
+    every method is a no-op."""
+
+    def __init__(self, todo: list[int] | None = None, settings: CollatorSettings | None = None, share: bool = False):
+        self.todo, self.settings, self.share = todo or [], settings, share
+        self.values: dict[int, list[float]] | None = None
+
+    def rows(self, trainer, rows: list[dict]) -> list[dict]:
+        """``rows`` of a training batch with their :data:`INITIAL_LOGPS` (computed at the first such batch: all
+        processes reach it together)."""
+        if not self.todo or not rows or TRAIN_INDEX not in rows[0]:
+            return rows
+        if self.values is None:
+            if trainer.state.global_step > 0:
+                raise EchoTrlError(
+                    "behavior_policy='initial' under ZeRO-3/FSDP: the checkpoint this run resumed from holds no "
+                    f"starting-model log-probs ({CHECKPOINT_FILE}) and they cannot be recomputed from trained "
+                    "weights: resume from a checkpoint written with behavior_policy='initial' under this engine, "
+                    "or set behavior_policy='current'"
+                )
+            self.values = self._compute(trainer)
+        return [{**row, INITIAL_LOGPS: self.values.get(row[TRAIN_INDEX])} for row in rows]
+
+    def _compute(self, trainer) -> dict[int, list[float]]:
+        dataset = trainer.train_dataset
+        fingerprint = _settings_fingerprint(trainer, self.settings, dataset, sharded_fingerprint(trainer))
+        compute = functools.cache(
+            lambda: starting_logprobs(trainer, dataset, self.todo, self.settings, share=self.share, sharded=True)
+        )
+        column = _with_column(trainer, dataset, fingerprint, compute).select_columns(INITIAL_LOGPS)[INITIAL_LOGPS]
+        return {i: column[i] for i in self.todo}
+
+    def save(self, trainer, checkpoint: str) -> None:
+        """Write the column into ``checkpoint`` (main process; called beside the RNG state of each checkpoint)."""
+        if self.values is not None and trainer.accelerator.is_main_process:
+            torch.save({"version": VERSION, "values": self.values}, os.path.join(checkpoint, CHECKPOINT_FILE))
+
+    def load(self, checkpoint: str | None) -> None:
+        """Take the column from the checkpoint a run resumes from (a file for other rows is ignored)."""
+        path = None if checkpoint is None else os.path.join(checkpoint, CHECKPOINT_FILE)
+        if self.todo and path is not None and os.path.isfile(path):
+            saved = torch.load(path, weights_only=True)
+            if saved.get("version") == VERSION and sorted(saved["values"]) == sorted(self.todo):  # same rows
+                self.values = saved["values"]

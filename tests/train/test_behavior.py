@@ -24,7 +24,7 @@ from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
 from echo_trl.tokens.cache import IDS, ROLES
 from echo_trl.train import behavior
-from echo_trl.train.behavior import model_fingerprint
+from echo_trl.train.behavior import CHECKPOINT_FILE, TRAIN_INDEX, model_fingerprint
 from echo_trl.train.collator import INITIAL_LOGPS
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -155,12 +155,41 @@ def test_model_fingerprint_follows_the_weights():
     assert model_fingerprint(model) != before
 
 
-def test_sharded_weights_refuse_initial_with_a_way_out(tmp_path, monkeypatch):
+def test_sharded_weights_defer_initial_to_the_first_batch(tmp_path, monkeypatch):
+    """ZeRO-3 / FSDP: nothing can be forwarded at init; the first training batch gets the starting model's values
+    (here one process stands in for the engine, whose collective forward tests/test_deepspeed.py runs)."""
     monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
-    with pytest.raises(EchoTrlError, match="behavior_policy='current'"):
-        make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial")
-    trainer = make_trainer(tmp_path / "b", dataset(4), behavior_policy="current")
+    trainer = make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial")
     assert INITIAL_LOGPS not in trainer.train_dataset.column_names
+    assert trainer.train_dataset[TRAIN_INDEX] == [0, 1, 2, 3]
+    inputs = batch(trainer)
+    action = action_of(inputs)
+    with torch.no_grad():
+        expected = reference_logps(trainer.model, inputs)
+    torch.testing.assert_close(inputs["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)
+    current = make_trainer(tmp_path / "b", dataset(4), behavior_policy="current")
+    assert INITIAL_LOGPS not in current.train_dataset.column_names and "old_per_token_logps" not in batch(current)
+
+
+def test_sharded_initial_travels_with_checkpoints_and_is_never_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
+    calls = []
+    compute = behavior.starting_logprobs
+    monkeypatch.setattr(behavior, "starting_logprobs", lambda *a, **kw: calls.append(1) or compute(*a, **kw))
+    kw = dict(behavior_policy="initial", max_steps=2, save_strategy="steps", save_steps=1, learning_rate=5e-2)
+    first = make_trainer(tmp_path / "run", dataset(4), **kw)
+    first.train()
+    assert len(calls) == 1  # once, at the first batch
+    saved = torch.load(tmp_path / "run" / "checkpoint-1" / CHECKPOINT_FILE, weights_only=True)["values"]
+    assert saved == first._echo_initial.values and sorted(saved) == [0, 1, 2, 3]
+    resumed = make_trainer(tmp_path / "run", dataset(4), **{**kw, "max_steps": 2})
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    assert len(calls) == 1 and resumed._echo_initial.values == saved  # from the checkpoint, not trained weights
+    os.remove(tmp_path / "run" / "checkpoint-1" / CHECKPOINT_FILE)
+    lost = make_trainer(tmp_path / "run", dataset(4), **kw)
+    with pytest.raises(EchoTrlError, match="cannot be recomputed from trained weights"):
+        lost.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    assert len(calls) == 1
 
 
 def test_verifier_free_and_online_runs_compute_nothing(tmp_path):
