@@ -157,6 +157,7 @@ def _episodes(args):
     from ..data.episode_files import find_episode_files
 
     source = Path(args.data_dir) if args.data_dir else REPO_DATA
+    label = str(source) if args.data_dir else "data/episodes"
     files = find_episode_files([source])
     if not files:
         raise EchoTrlError(f"no episode files (.json/.jsonl) under {source}")
@@ -165,7 +166,7 @@ def _episodes(args):
     train, held = split_by_task(ds, splits if splits.is_file() else None)
     if not len(held) or len(train) < args.batch_size:
         raise EchoTrlError(f"{source}: the split leaves {len(train)} train / {len(held)} held-out episodes")
-    return train, held, str(source)
+    return train, held, label
 
 
 def run(args: argparse.Namespace) -> int:

@@ -153,3 +153,12 @@ def test_bad_settings_are_one_line_usage_errors(assets, tmp_path, capsys, extra,
     err = capsys.readouterr().err
     assert err.startswith("echo-trl sft: error:") and needle in err and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+def test_compare_has_its_own_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sft", "--compare", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for needle in ("--sft_steps", "--grpo_steps", "--min_reward", "--actobs_coeff", "--world_all_episodes", "--seed"):
+        assert needle in text, needle
