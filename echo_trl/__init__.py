@@ -28,6 +28,8 @@ _EXPORTS = {
     "RoleTokens": "tokens.tokenization",
     "EchoGRPOConfig": "config",
     "EchoGRPOTrainer": "trainer",
+    "EchoSFTConfig": "sft_config",
+    "EchoSFTTrainer": "sft_trainer",
 }
 
 __all__ = sorted(_EXPORTS)

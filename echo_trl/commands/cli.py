@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "stats": ("echo_trl.commands.stats", "exact token accounting per role (context/action/env_output/warning)"),
     "train": ("echo_trl.commands.train", "train with ECHO (GRPO + lambda * env-token CE); no args = CPU demo"),
+    "sft": ("echo_trl.commands.sft", "SFT before ECHO: CE on action tokens + world_model_coeff * CE on env tokens"),
     "eval-world-model": (
         "echo_trl.commands.eval_world_model",
         "held-out env-token cross-entropy (the paper's world-model metric)",

@@ -5,7 +5,8 @@ trainer's paper citation). :func:`add_echo_section` adds what a reader of an ECH
 the world-model settings (lambda, its schedule, the target tokens, the normalization), the final
 world-model metrics of the run and the Agent World Model / GRPO citations, and replaces the
 template's placeholders for a local base model (``[None](https://huggingface.co/None)``,
-``pipeline(model="None")``).
+``pipeline(model="None")``). :func:`add_sft_section` does the same for the SFT stage (``EchoSFTTrainer``):
+which stage and which role weights produced the model.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..data.card import AWM_CITATION
 from ..data.hub import is_hub_id
 from .trl_compat import grpo_citation
 
-__all__ = ["echo_card_section", "add_echo_section", "final_metrics"]
+__all__ = ["echo_card_section", "add_echo_section", "final_metrics", "sft_card_section", "add_sft_section"]
 
 #: Metrics reported in the card (the last logged value of each), in this order.
 FINAL_METRICS = (
@@ -161,15 +162,81 @@ def add_echo_section(
 ) -> Path:
     """Insert (or replace) the ECHO section of the card at ``readme``, before TRL's framework versions,
     and fill TRL's placeholders (``base_model``: the name or path the model was loaded from)."""
+    return insert_section(readme, SECTION_MARKER, echo_card_section(args, log_history), args, base_model=base_model)
+
+
+def insert_section(readme: str | Path, marker: str, section: str, args, *, base_model: str | None = None) -> Path:
+    """Insert (or replace) the section that starts with ``marker`` before TRL's framework versions, and fill
+    TRL's placeholders."""
     path = Path(readme)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if SECTION_MARKER in text:  # a card re-written at a later checkpoint: drop the old section
-        start = text.index(SECTION_MARKER)
+    if marker in text:  # a card re-written at a later checkpoint: drop the old section
+        start = text.index(marker)
         end = text.find("### Framework versions", start)
         text = text[:start] + (text[end:] if end >= 0 else "")
-    section = echo_card_section(args, log_history)
     anchor = text.find("### Framework versions")
     text = text[:anchor] + section + "\n" + text[anchor:] if anchor >= 0 else text + "\n" + section
     model_ref = getattr(args, "hub_model_id", None) or str(path.parent)
     path.write_text(fill_placeholders(text, base_model=base_model, model_ref=model_ref), encoding="utf-8")
     return path
+
+
+SFT_SECTION_MARKER = "## ECHO SFT stage"
+#: SFT metrics reported in the card (the last logged value of each).
+SFT_METRICS = ("eval_sft/ce_env", "eval_sft/ce_action", "sft/ce_env", "sft/ce_action", "sft/weighted_ce", "loss")
+
+
+def sft_card_section(args, log_history: list[dict[str, Any]], reward_filter: str | None = None) -> str:
+    """Markdown: the stage (SFT with observation supervision), its role weights, episode filter and final metrics."""
+    rows = [
+        ("stage", "SFT (`EchoSFTTrainer`), before ECHO-GRPO"),
+        ("action tokens (`action_weight`)", f"{args.action_weight:g}"),
+        ("env-output tokens (`world_model_coeff`)", f"{args.world_model_coeff:g}"),
+        ("context and warning tokens", "0"),
+        ("target tokens (`world_loss_target`)", args.world_loss_target),
+        ("normalization", "sum of weighted CE / sum of weights (over the accumulation window and processes)"),
+        ("episodes (`min_reward`)", "all" if args.min_reward is None else f"reward >= {args.min_reward:g}"),
+        ("world term on every episode (`world_all_episodes`)", str(bool(args.world_all_episodes))),
+        ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
+    ]
+    lines = [
+        SFT_SECTION_MARKER,
+        "",
+        "Supervised fine-tuning with echo_trl's `EchoSFTTrainer` on recorded agent trajectories: cross-entropy on the "
+        "agent's action tokens and, weighted by `world_model_coeff`, on the environment's output tokens "
+        "(observation supervision), divided by the weight sum:",
+        "",
+        "    L = sum_t w_t CE_t / sum_t w_t",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in rows],
+        "",
+    ]
+    if reward_filter:
+        lines += [f"Episodes: {reward_filter}.", ""]
+    last: dict[str, tuple[int, float]] = {}
+    for entry in log_history:
+        for key in SFT_METRICS:
+            value = _finite(entry.get(key))
+            if value is not None:
+                last[key] = (int(entry.get("step") or 0), value)
+    if last:
+        lines += ["### Final SFT metrics", "", "| metric | value | step |", "|---|---|---|"]
+        lines += [f"| `{k}` | {v:.4g} | {step} |" for k in SFT_METRICS if k in last for step, v in [last[k]]]
+        lines.append("")
+    lines += ["### Cite Agent World Model", "", "```bibtex", AWM_CITATION, "```", ""]
+    return "\n".join(lines)
+
+
+def add_sft_section(
+    readme: str | Path,
+    args,
+    log_history: list[dict[str, Any]],
+    *,
+    base_model: str | None = None,
+    reward_filter: str | None = None,
+) -> Path:
+    """Insert (or replace) the SFT stage's section of the card at ``readme`` (see :func:`add_echo_section`)."""
+    section = sft_card_section(args, log_history, reward_filter)
+    return insert_section(readme, SFT_SECTION_MARKER, section, args, base_model=base_model)

@@ -8,7 +8,8 @@ of what this module relies on. When TRL changes, this module (and the overridden
 
 * ``_tokenizer``, ``_metrics``, ``_is_vlm`` and ``_signature_columns`` (:func:`tokenizer`,
   :func:`metrics`, :func:`is_vlm`, :func:`add_signature_columns`), and the class's ``_paper``
-  (:func:`grpo_citation`);
+  (:func:`grpo_citation`); ``SFTTrainer`` has the same ``_tokenizer``, ``_metrics`` and ``_signature_columns``
+  (TRL 1.16), which ``sft_trainer.py`` reads through the same functions;
 * ``_generate``'s 8-tuple (:func:`generated_rollouts`);
 * ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
   :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`), and the result the

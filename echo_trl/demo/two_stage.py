@@ -1,0 +1,244 @@
+"""SFT then ECHO on the bundled episodes: action-only SFT vs observation-supervised SFT (ActObs), then ECHO-GRPO
+from each, with held-out env CE and action CE after every stage.
+
+    python -m echo_trl.demo.two_stage [--output_dir DIR] [--sft_steps N] [--grpo_steps N] ...
+    echo-trl sft --compare [same options]
+
+The simplifications a CPU comparison makes (so it runs in minutes on 2 cores):
+
+* a tiny Qwen3-architecture model built locally and warmed up env-blind (:mod:`echo_trl.demo.warmup`), the same
+  start for both arms; tool schemas reduced to their names (:func:`echo_trl.demo.run.names_only_tools`);
+* the bundled AWM episodes of ``data/episodes``, split by task with ``splits.json`` (held-out tasks never trained);
+* SFT on the successful train episodes (``--min_reward``, default 1.0), the two arms differing only in
+  ``world_model_coeff`` (0: action-only; ``--actobs_coeff``, default 1: observations supervised like actions);
+  ``--world_all_episodes`` also gives the ActObs arm the observations of the other train episodes;
+* ECHO-GRPO offline on every train episode (recorded rewards), the same lambda, steps and seed for both arms;
+* everything seeded (``--seed``): the same command prints the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import EchoTrlError
+from .run import REPO_DATA, names_only_tools, split_by_task
+from .tiny import corpus_of, ensure_tiny_model
+from .warmup import add_warmup_arguments
+
+#: The arms: (label, output subdirectory of the SFT stage).
+ARMS = (("action-only SFT", "sft_action_only"), ("ActObs SFT", "sft_actobs"))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m echo_trl.demo.two_stage",
+        allow_abbrev=False,
+        description="SFT then ECHO on the bundled AWM episodes: action-only SFT vs observation-supervised "
+        "(ActObs) SFT, then ECHO-GRPO from each; prints held-out env CE and action CE after every stage.",
+    )
+    p.add_argument("--output_dir", default="outputs/two-stage", help="models and metrics.json go here")
+    p.add_argument("--overwrite_output_dir", action="store_true", help="replace a previous run's outputs")
+    p.add_argument("--data_dir", default=None, help=f"AWM episode files/dirs (default: {REPO_DATA})")
+    p.add_argument("--sft_steps", type=int, default=30, help="optimizer steps of each SFT run")
+    p.add_argument("--grpo_steps", type=int, default=12, help="optimizer steps of each ECHO-GRPO run")
+    p.add_argument("--sft_learning_rate", type=float, default=2e-3)
+    p.add_argument("--grpo_learning_rate", type=float, default=1e-3)
+    p.add_argument("--batch_size", type=int, default=4, help="trajectories per optimizer step (both stages)")
+    p.add_argument("--min_reward", type=float, default=1.0, help="SFT trains the actions of episodes >= this")
+    p.add_argument("--actobs_coeff", type=float, default=1.0, help="world_model_coeff of the ActObs SFT arm")
+    p.add_argument(
+        "--world_all_episodes",
+        action="store_true",
+        help="the ActObs arm also trains on the observations of the train episodes below --min_reward",
+    )
+    p.add_argument("--world_model_coeff", type=float, default=0.05, help="lambda of the ECHO-GRPO stage")
+    p.add_argument("--max_completion_length", type=int, default=1024, help="completion tokens kept per trajectory")
+    p.add_argument("--model_cache_dir", default=None, help="where the tiny model is built once (default: cache)")
+    add_warmup_arguments(p, before="both arms")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def _config_common(args, out: Path, steps: int, lr: float) -> dict[str, Any]:
+    return dict(
+        output_dir=str(out),
+        max_steps=steps,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        per_device_train_batch_size=args.batch_size,
+        max_completion_length=args.max_completion_length,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        disable_tqdm=True,
+    )
+
+
+def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
+
+    from ..sft_config import EchoSFTConfig
+    from ..sft_trainer import EchoSFTTrainer
+
+    torch.manual_seed(args.seed)
+    config = EchoSFTConfig(
+        **_config_common(args, out, args.sft_steps, args.sft_learning_rate),
+        world_model_coeff=coeff,
+        min_reward=args.min_reward,
+        world_all_episodes=world_all,
+    )
+    trainer = EchoSFTTrainer(
+        AutoModelForCausalLM.from_pretrained(start),
+        args=config,
+        train_dataset=train,
+        processing_class=AutoTokenizer.from_pretrained(start),
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    trainer.save_model(str(out))
+    trainer.processing_class.save_pretrained(str(out))
+    return {"episodes": trainer.reward_filter.summary("train split"), "model_dir": str(out)}
+
+
+def _grpo(start: Path, train, args, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
+
+    from ..config import EchoGRPOConfig
+    from ..trainer import EchoGRPOTrainer
+
+    torch.manual_seed(args.seed)
+    config = EchoGRPOConfig(
+        **_config_common(args, out, args.grpo_steps, args.grpo_learning_rate),
+        world_model_coeff=args.world_model_coeff,
+        num_generations=2,
+    )
+    trainer = EchoGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(start),
+        args=config,
+        train_dataset=train,
+        processing_class=AutoTokenizer.from_pretrained(start),
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    trainer.save_model(str(out))
+
+
+def _held_out(path: Path, held, args) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..train.role_eval import evaluate_role_ce
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return evaluate_role_ce(model, tokenizer, held, max_completion_length=args.max_completion_length)
+
+
+def _episodes(args):
+    from ..data.build import build_awm_dataset
+    from ..data.episode_files import find_episode_files
+
+    source = Path(args.data_dir) if args.data_dir else REPO_DATA
+    label = str(source) if args.data_dir else "data/episodes"
+    files = find_episode_files([source])
+    if not files:
+        raise EchoTrlError(f"no episode files (.json/.jsonl) under {source}")
+    splits = source / "splits.json" if args.data_dir else REPO_DATA.parent / "awm_scenarios" / "splits.json"
+    ds = names_only_tools(build_awm_dataset(files, strict=False))
+    train, held = split_by_task(ds, splits if splits.is_file() else None)
+    if not len(held) or len(train) < args.batch_size:
+        raise EchoTrlError(f"{source}: the split leaves {len(train)} train / {len(held)} held-out episodes")
+    return train, held, label
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..progress import quiet_libraries
+    from ..tokens.cache import cache_home
+    from .warmup import WarmupSettings, warm_up_tiny_model
+
+    quiet_libraries(progress_bars=True, user_warnings=True)
+    t0 = time.time()
+    out = Path(args.output_dir)
+    if (out / "metrics.json").exists() and not args.overwrite_output_dir:
+        raise EchoTrlError(f"{out} holds a previous run: pass --overwrite_output_dir, or choose another --output_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    train, held, source = _episodes(args)
+    log(f"two-stage comparison: {len(train)} train / {len(held)} held-out episodes from {source}")
+    corpus = list(corpus_of(train))
+    digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
+    cache = Path(args.model_cache_dir) if args.model_cache_dir else cache_home()
+    base = ensure_tiny_model(cache / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)
+    start, _ = warm_up_tiny_model(
+        base,
+        train,
+        WarmupSettings(
+            steps=args.warmup_steps,
+            learning_rate=args.warmup_learning_rate,
+            batch_size=args.batch_size,
+            max_completion_length=args.max_completion_length,
+            seed=args.seed,
+        ),
+        log=log,
+    )
+    rows: list[tuple[str, dict[str, Any]]] = [("start (warmed-up tiny model)", _held_out(start, held, args))]
+    episodes = {}
+    for (label, name), coeff in zip(ARMS, (0.0, args.actobs_coeff), strict=True):
+        log(f"{label} (world_model_coeff={coeff:g}), {args.sft_steps} steps ...")
+        world_all = args.world_all_episodes and coeff > 0
+        episodes[label] = _sft(start, train, coeff, world_all, args, out / name)["episodes"]
+        rows.append((f"{label} (world_model_coeff={coeff:g})", _held_out(out / name, held, args)))
+    for label, name in ARMS:
+        log(f"ECHO-GRPO from {label}, {args.grpo_steps} steps ...")
+        _grpo(out / name, train, args, out / f"{name}_echo")
+        rows.append(
+            (f"{label} -> ECHO-GRPO (lambda={args.world_model_coeff:g})", _held_out(out / f"{name}_echo", held, args))
+        )
+
+    metrics = {
+        "source": source,
+        "train_episodes": len(train),
+        "heldout_episodes": len(held),
+        "sft_episodes": episodes,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("output_dir", "overwrite_output_dir")},
+        "stages": {label: r for label, r in rows},
+        "wall_seconds": round(time.time() - t0, 1),
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    print(
+        f"SFT then ECHO: {len(train)} train / {len(held)} held-out episodes ({source}); SFT {args.sft_steps} steps, "
+        f"ECHO-GRPO {args.grpo_steps} steps, seed {args.seed}"
+    )
+    for label, line in episodes.items():
+        print(f"  {label}: {line}")
+    print(f"| {'stage':<52} | held-out env CE | held-out action CE |")
+    print(f"|{'-' * 54}|----------------:|-------------------:|")
+    for label, r in rows:
+        print(f"| {label:<52} | {r['ce_env']:>15.3f} | {r['ce_action']:>18.3f} |")
+    print(
+        f"(nats/token over {rows[0][1]['tokens_env']} env / {rows[0][1]['tokens_action']} action tokens; "
+        f"{metrics['wall_seconds']:.0f}s; {out / 'metrics.json'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""`echo-trl sft`: TRL-style flags / YAML / PEFT like `echo-trl train`, reward filtering, the model card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from echo_trl.commands.cli import main as cli_main
+from echo_trl.data.build import build_awm_dataset
+from echo_trl.demo.episodes import synthetic_episodes, write_episodes
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A tiny model directory and train / held-out trajectory datasets (synthetic AWM-style episodes)."""
+    from echo_trl.demo.tiny import ensure_tiny_model
+
+    root = tmp_path_factory.mktemp("sftcli")
+    episodes = write_episodes(synthetic_episodes(n_tasks=4, per_task=4), root / "eps.jsonl")
+    ds = build_awm_dataset([episodes])
+    train = ds.filter(lambda r: r["task_idx"] != 3)
+    held = ds.filter(lambda r: r["task_idx"] == 3)
+    train.save_to_disk(str(root / "train"))
+    held.save_to_disk(str(root / "held"))
+    corpus = [m["content"] for row in ds for m in row["completion"]]
+    model = ensure_tiny_model(root / "model", family="qwen3", corpus=corpus, vocab_size=800, hidden_size=32)
+    return root, model, list(train["reward"])
+
+
+def _flags(root, model, out, *extra):
+    return [
+        "sft",
+        "--model_name_or_path",
+        str(model),
+        "--dataset_name",
+        str(root / "train"),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "2",
+        "--use_cpu",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--gradient_checkpointing",
+        "false",
+        "--dtype",
+        "float32",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
+
+
+def test_help_explains_the_weights_and_the_filter(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sft", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for needle in (
+        "--world_model_coeff",
+        "--action_weight",
+        "--min_reward",
+        "--world_all_episodes",
+        "--use_peft",
+        "--config",
+        "sum_t w_t * CE_t / sum_t w_t",
+        "--compare",
+        "echo-trl train --model_name_or_path OUTPUT_DIR",
+    ):
+        assert needle in text, needle
+    assert cli_main(["--help"]) == 0 and "  sft " in capsys.readouterr().out
+
+
+def test_run_with_yaml_saves_state_model_and_a_card_naming_the_stage_and_weights(assets, tmp_path, capsys):
+    root, model, rewards = assets
+    yaml = tmp_path / "recipe.yaml"
+    yaml.write_text("world_model_coeff: 0.5\naction_weight: 2.0\nlearning_rate: 0.001\nlogging_steps: 1\n")
+    out = tmp_path / "run"
+    rc = cli_main(
+        _flags(
+            root,
+            model,
+            out,
+            "--config",
+            str(yaml),
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "1",
+            "--eval_dataset_name",
+            str(root / "held"),
+            "--per_device_eval_batch_size",
+            "2",
+        )
+    )
+    assert rc == 0
+    logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert any(h.get("sft/tokens_env", 0) > 0 and "sft/ce_action" in h for h in logs)
+    assert any("eval_sft/ce_env" in h for h in logs)
+    assert (out / "model.safetensors").exists()
+    card = (out / "README.md").read_text()
+    assert "## ECHO SFT stage" in card and "| stage | SFT (`EchoSFTTrainer`), before ECHO-GRPO |" in card
+    assert (
+        "| action tokens (`action_weight`) | 2 |" in card
+        and "| env-output tokens (`world_model_coeff`) | 0.5 |" in card
+    )
+    printed = capsys.readouterr().out
+    assert f"all {len(rewards)} episodes trained" in printed and "held-out CE" in printed
+
+
+@pytest.mark.parametrize("world_all", [False, True])
+def test_min_reward_reports_the_kept_rows_in_one_line(assets, tmp_path, capsys, world_all):
+    root, model, rewards = assets
+    kept = sum(r >= 1.0 for r in rewards)
+    assert 0 < kept < len(rewards)  # the fixture has both
+    extra = ["--min_reward", "1.0", *(["--world_all_episodes", "true"] if world_all else [])]
+    assert cli_main(_flags(root, model, tmp_path / "o", *extra)) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "--min_reward" in ln]
+    assert len(lines) == 1
+    assert f"keeps {kept} of {len(rewards)} episodes" in lines[0]
+    assert ("--world_all_episodes" in lines[0]) == world_all
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert "| episodes (`min_reward`) | reward >= 1 |" in card
+
+
+def test_use_peft_saves_an_adapter(assets, tmp_path):
+    root, model, _ = assets
+    out = tmp_path / "lora"
+    flags = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    assert cli_main(_flags(root, model, out, *flags)) == 0
+    assert (out / "adapter_model.safetensors").exists() and (out / "trainer_state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--min_reward", "5"], "no episode has reward >= 5"),
+        (["--packing", "true"], "packing / padding_free are not supported"),
+        (["--world_all_episodes", "true"], "world_all_episodes needs min_reward"),
+        (["--max_step", "3"], "unrecognized arguments: --max_step 3"),
+    ],
+)
+def test_bad_settings_are_one_line_usage_errors(assets, tmp_path, capsys, extra, needle):
+    root, model, _ = assets
+    assert cli_main(_flags(root, model, tmp_path / "o", *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("echo-trl sft: error:") and needle in err and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_compare_has_its_own_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sft", "--compare", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for needle in ("--sft_steps", "--grpo_steps", "--min_reward", "--actobs_coeff", "--world_all_episodes", "--seed"):
+        assert needle in text, needle
