@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import EchoTrlError
+from .training_run import EchoScriptArguments, finish, launched, load_run_inputs, parse_training_flags, train_and_save
 
 DESCRIPTION = """\
 Supervised fine-tuning on recorded agent trajectories that also supervises the environment's
@@ -44,7 +44,6 @@ def make_parser():
     from trl import ModelConfig, TrlParser
 
     from ..sft_config import EchoSFTConfig
-    from .train import EchoScriptArguments
 
     usage = (
         "echo-trl sft [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
@@ -66,96 +65,30 @@ def main(argv: list[str]) -> int:
         from ..demo.two_stage import main as compare_main
 
         return compare_main(argv[1:])
-    from .config_file import check_config_file
-
-    check_config_file(argv)
     parser = make_parser()
-    try:
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    except ValueError as exc:  # TrainingArguments / SFTConfig / EchoSFTConfig validation: a usage error
-        if "not used by the HfArgumentParser" in str(exc):
-            unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
-            raise EchoTrlError(
-                f"unrecognized arguments: {unknown} (`echo-trl sft --help` lists every flag; "
-                "flags are never abbreviated)"
-            ) from None
-        hint = " (on a machine without a GPU pass --use_cpu)" if "use_cpu" in str(exc) else ""
-        raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
-    return run_sft(script_args, training_args, model_args)
+    script_args, training_args, model_args = parse_training_flags(parser, argv, "sft")
+    return launched(training_args, lambda: run_sft(script_args, training_args, model_args))
 
 
-def load_split(name: str, split: str):
-    """One split of a trajectory dataset, a missing split as one line."""
-    from .loading import load_dataset_named
-
-    try:
-        return load_dataset_named(name, split=split)
-    except (KeyError, ValueError) as exc:
-        if "split" in str(exc).lower() or isinstance(exc, KeyError):
-            raise EchoTrlError(f"{name}: no split {split!r} ({exc})") from None
-        raise
-
-
-def run_sft(script_args, training_args, model_args) -> int:
+def run_sft(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from ..data.hub import locate
-    from ..data.store import saved_dataset_kind
     from ..sft_trainer import EchoSFTTrainer
-    from .checkpoints import resolve_checkpoint
 
-    if not model_args.model_name_or_path:
-        raise EchoTrlError("--model_name_or_path is required (`echo-trl sft --help`)")
-    if not script_args.dataset_name:
-        raise EchoTrlError(
-            "--dataset_name is required: a trajectory dataset directory or Hub id "
-            "(build one with `echo-trl build-dataset`)"
-        )
-    evaluating = training_args.eval_strategy != "no"
-    for name, what in (
-        (model_args.model_name_or_path, "--model_name_or_path"),
-        (script_args.dataset_name, "--dataset_name"),
-        (script_args.eval_dataset_name if evaluating else None, "--eval_dataset_name"),
-    ):
-        if name:
-            locate(name, what)  # every name checked before anything slow is loaded
-    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-    train_dataset = load_split(script_args.dataset_name, script_args.dataset_train_split)
-    eval_dataset = None
-    if evaluating:
-        if script_args.eval_dataset_name:
-            eval_dataset = load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
-        elif saved_dataset_kind(script_args.dataset_name) == "dataset":
-            raise EchoTrlError(
-                f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
-                "trajectories with --eval_dataset_name DIR"
-            )
-        else:
-            eval_dataset = load_split(script_args.dataset_name, script_args.dataset_test_split)
-    model_init_kwargs = dict(
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-        attn_implementation=model_args.attn_implementation,
-        dtype=model_args.dtype,
-    )
-    model_init_kwargs.update(training_args.model_init_kwargs or {})
-    training_args.model_init_kwargs = model_init_kwargs
+    inputs = load_run_inputs(script_args, training_args, model_args, "sft")
     trainer = EchoSFTTrainer(
         model=model_args.model_name_or_path,
         args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
+        train_dataset=inputs.train_dataset,
+        eval_dataset=inputs.eval_dataset,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
     trainer.accelerator.print(trainer.reward_filter.summary(script_args.dataset_name))
-    trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_state()
-    trainer.save_model(training_args.output_dir)
+    train_and_save(trainer, inputs.checkpoint, training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_sft/ce_env" in h or "eval_sft/ce_action" in h]
     if final:
         parts = [f"{k[9:]} {final[-1][k]:.4f}" for k in ("eval_sft/ce_env", "eval_sft/ce_action") if k in final[-1]]
         trainer.accelerator.print(f"held-out CE (nats/token, mean over eval batches): {', '.join(parts)}")
-    trainer.accelerator.print(f"model and trainer_state.json saved to {training_args.output_dir}")
-    trainer.accelerator.end_training()
+    finish(trainer, training_args.output_dir)
     return 0

@@ -163,20 +163,21 @@ MISSING = "/nonexistent/echo-trl-misuse"
 @functools.cache
 def _options(command: str) -> list[tuple[str, bool]]:
     """(flag, takes a value) of every long option of ``command``'s parser."""
-    if command == "train":
-        from echo_trl.commands.train import make_parser
-
-        parser = make_parser()
+    if command in TRAINING:
+        parser = importlib.import_module(COMMANDS[command][0]).make_parser()
     else:
         parser = importlib.import_module(COMMANDS[command][0]).build_parser()
     parser.format_help()  # echo-trl parsers register their underscore spellings here
     out = []
     for action in parser._actions:
         longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
-        if longs and not (command == "train" and longs[0] in TRAIN_SKIPPED):
+        if longs and not (command in TRAINING and longs[0] in TRAIN_SKIPPED):
             out.append((longs[0], action.nargs != 0))
     return out
 
+
+#: The commands whose parser is TRL's (every TrainingArguments flag).
+TRAINING = {"train", "sft"}
 
 #: TRL / transformers flags that load or contact something outside the process (a config file, an
 #: accelerator, a tracker) before any echo-trl code runs; their validation is theirs.
@@ -189,6 +190,7 @@ REQUIRED = {
     "eval-world-model": ["--model", MISSING, "--dataset", MISSING],
     "capture": ["--data", MISSING, "--scenario", "s", "--policy", f"replay:{MISSING}", "--output", "{dir}/out"],
     "train": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
+    "sft": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
 }
 
 

@@ -1,0 +1,156 @@
+"""What ``echo-trl train`` and ``echo-trl sft`` share: parsing TRL flags into one-line usage errors, checking
+every name before anything slow loads, the launch checks and teardown, and the save at the end.
+
+One place, so a check added for one stage (a damaged checkpoint, a full disk, a dataset given as a model, an
+FSDP plugin accelerate would drop) holds for the other. TRL, torch and the trainers are imported inside the
+functions, so ``--help`` starts fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EchoTrlError
+
+
+@dataclass
+class EchoScriptArguments:
+    """Script arguments of ``echo-trl train`` and ``echo-trl sft`` (TRL's names)."""
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Trajectory dataset: a local `echo-trl build-dataset` directory or a Hub id."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str = field(
+        default="test", metadata={"help": "Held-out split for evaluation (used when --eval_strategy is not 'no')."}
+    )
+    eval_dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out trajectory dataset (directory or Hub id) for evaluation; default: "
+            "--dataset_test_split of --dataset_name."
+        },
+    )
+
+
+def parse_training_flags(parser, argv: list[str], command: str, hint_use_cpu: str = "") -> tuple:
+    """``parser.parse_args_and_config(argv)`` with TrainingArguments' validation errors (``ValueError``, a
+    ``TypeError`` of a wrong type, ``--logging_steps inf``'s ``OverflowError``) as one-line usage errors."""
+    from .config_file import check_config_file
+
+    check_config_file(argv)
+    try:
+        return parser.parse_args_and_config(argv)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        if "not used by the HfArgumentParser" in str(exc):
+            unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
+            raise EchoTrlError(
+                f"unrecognized arguments: {unknown} (`echo-trl {command} --help` lists every flag; "
+                "flags are never abbreviated)"
+            ) from None
+        hint = f" (on a machine without a GPU pass --use_cpu{hint_use_cpu})" if "use_cpu" in str(exc) else ""
+        raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
+
+
+def launched(training_args, run: Callable[[], int]) -> int:
+    """``run()`` after the launch checks (what accelerate would run silently differently is refused before
+    any model loads), and the process group left on every path once the trainer is gone."""
+    from .launch_checks import check_launch, leave_process_group
+
+    try:
+        check_launch(training_args)
+        return run()
+    finally:
+        leave_process_group()
+
+
+@dataclass
+class RunInputs:
+    """What a training command loads before building its trainer."""
+
+    train_dataset: Any
+    eval_dataset: Any
+    checkpoint: str | None
+
+
+def load_run_inputs(script_args: EchoScriptArguments, training_args, model_args, command: str) -> RunInputs:
+    """Every name checked (model, datasets, output directory, checkpoint) before anything slow is loaded, then
+    the datasets; ``training_args.model_init_kwargs`` filled from ``model_args`` as TRL's scripts do."""
+    from ..data.hub import locate
+    from ..data.store import saved_dataset_kind
+    from ..outputs import check_output_dir
+    from .checkpoints import resolve_checkpoint
+    from .loading import check_model_dir
+
+    if not model_args.model_name_or_path:
+        raise EchoTrlError(f"--model_name_or_path is required (`echo-trl {command} --help`)")
+    if not script_args.dataset_name:
+        raise EchoTrlError(
+            "--dataset_name is required: a trajectory dataset directory or Hub id "
+            "(build one with `echo-trl build-dataset`)"
+        )
+    evaluating = training_args.eval_strategy != "no"
+    for name, what in (
+        (model_args.model_name_or_path, "--model_name_or_path"),
+        (script_args.dataset_name, "--dataset_name"),
+        (script_args.eval_dataset_name if evaluating else None, "--eval_dataset_name"),
+    ):
+        if name:
+            locate(name, what)
+    check_model_dir(model_args.model_name_or_path, "--model_name_or_path")  # a local one holds a model
+    check_output_dir(training_args.output_dir, flag="--output_dir")  # a file or read-only: before the work
+    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    train_dataset = load_split(script_args.dataset_name, script_args.dataset_train_split)
+    eval_dataset = None
+    if evaluating:
+        if script_args.eval_dataset_name:
+            eval_dataset = load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
+        elif saved_dataset_kind(script_args.dataset_name) == "dataset":
+            raise EchoTrlError(
+                f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
+                "trajectories with --eval_dataset_name DIR"
+            )
+        else:
+            eval_dataset = load_split(script_args.dataset_name, script_args.dataset_test_split)
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
+    model_init_kwargs.update(training_args.model_init_kwargs or {})
+    training_args.model_init_kwargs = model_init_kwargs
+    return RunInputs(train_dataset, eval_dataset, checkpoint)
+
+
+def load_split(name: str, split: str):
+    """One split of a trajectory dataset, a missing split as one line."""
+    from .loading import load_dataset_named
+
+    try:
+        return load_dataset_named(name, split=split)
+    except (KeyError, ValueError) as exc:
+        if "split" in str(exc).lower() or isinstance(exc, KeyError):
+            raise EchoTrlError(f"{name}: no split {split!r} ({exc})") from None
+        raise
+
+
+def train_and_save(trainer, checkpoint: str | None, output_dir: str) -> None:
+    """Train (resuming from ``checkpoint``), then ``save_state()`` and ``save_model()``; a full disk is one line
+    and leaves no cut checkpoint."""
+    from .checkpoints import checkpoint_saves
+
+    with checkpoint_saves(output_dir, trainer.model):
+        trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_state()
+        trainer.save_model(output_dir)
+
+
+def finish(trainer, output_dir: str) -> None:
+    """The closing line, the trackers finished, and no rank leaving the group while another still saves."""
+    trainer.accelerator.print(f"model and trainer_state.json saved to {output_dir}")
+    for tracker in trainer.accelerator.trackers:
+        tracker.finish()
+    trainer.accelerator.wait_for_everyone()
