@@ -12,7 +12,6 @@ The data, model and training libraries are imported inside the functions that us
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
-from .tiny import corpus_of, ensure_tiny_model
+from .tiny import tiny_model_for
 from .warmup import add_warmup_arguments
 
 #: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
@@ -141,12 +140,6 @@ def names_only_tools(ds):
     return ds.map(strip)
 
 
-def _tiny_model_for(ds, cache_dir: Path) -> Path:
-    corpus = list(corpus_of(ds))
-    digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
-    return ensure_tiny_model(cache_dir / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)
-
-
 def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out: Path) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -257,7 +250,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if len(train) < args.per_device_train_batch_size or not len(held):
         raise EchoTrlError(f"{source}: the split leaves {len(train)} train / {len(held)} held-out episodes")
     print(f"echo-trl demo: {len(train)} train / {len(held)} held-out episodes from {source}", file=sys.stderr)
-    model_path = _tiny_model_for(train, Path(args.model_cache_dir) if args.model_cache_dir else cache_home())
+    model_path = tiny_model_for(train, Path(args.model_cache_dir) if args.model_cache_dir else cache_home())
     print(f"tiny model: {model_path}", file=sys.stderr)
     model_path, warmup = warm_up_tiny_model(
         model_path,

@@ -9,6 +9,7 @@ The models are random-init configs of real architectures (Qwen2, Qwen3, Llama). 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -221,3 +222,11 @@ def corpus_of(rows) -> Iterator[str]:
             for m in row["completion"]
             for c in (m.get("tool_calls") or [])
         )
+
+
+def tiny_model_for(rows, cache_dir: Path) -> Path:
+    """The tiny Qwen3 model whose tokenizer was trained on ``rows``' text, built once per corpus under
+    ``cache_dir`` (keyed by the corpus' hash, so a changed dataset gets its own model)."""
+    corpus = list(corpus_of(rows))
+    digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
+    return ensure_tiny_model(cache_dir / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)

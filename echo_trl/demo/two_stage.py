@@ -19,7 +19,6 @@ The simplifications a CPU comparison makes (so it runs in minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 from ..errors import EchoTrlError
 from .run import REPO_DATA, names_only_tools, split_by_task
-from .tiny import corpus_of, ensure_tiny_model
+from .tiny import tiny_model_for
 from .warmup import add_warmup_arguments
 
 #: The arms: (label, output subdirectory of the SFT stage).
@@ -183,10 +182,7 @@ def run(args: argparse.Namespace) -> int:
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     train, held, source = _episodes(args)
     log(f"two-stage comparison: {len(train)} train / {len(held)} held-out episodes from {source}")
-    corpus = list(corpus_of(train))
-    digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()[:12]
-    cache = Path(args.model_cache_dir) if args.model_cache_dir else cache_home()
-    base = ensure_tiny_model(cache / f"tiny-qwen3-{digest}", family="qwen3", corpus=corpus)
+    base = tiny_model_for(train, Path(args.model_cache_dir) if args.model_cache_dir else cache_home())
     start, _ = warm_up_tiny_model(
         base,
         train,
