@@ -662,8 +662,9 @@ args = EchoGRPOConfig(output_dir=os.path.dirname(out), per_device_train_batch_si
                       world_loss_normalization=norm, world_model_coeff=0.5, prefix_sharing=share)
 EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), processing_class=tiny_tokenizer("qwen3"),
                 callbacks=[Grab()]).train()
-if torch.distributed.is_initialized():  # gloo's threads must stop before exit (else an abort at teardown)
-    torch.distributed.destroy_process_group()
+# the trainer's DDP model collected before the group is destroyed, before exit (else gloo's threads can abort it)
+from echo_trl.commands.launch_checks import leave_process_group
+leave_process_group()
 """
 
 
