@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import argparse
 
-from .training_run import EchoScriptArguments, finish, launched, load_run_inputs, parse_training_flags, train_and_save
+from .training_run import (
+    EchoScriptArguments,
+    build_trainer,
+    finish,
+    launched,
+    load_run_inputs,
+    parse_training_flags,
+    train_and_save,
+)
 
 DESCRIPTION = """\
 Supervised fine-tuning on recorded agent trajectories that also supervises the environment's
@@ -71,19 +79,10 @@ def main(argv: list[str]) -> int:
 
 
 def run_sft(script_args: EchoScriptArguments, training_args, model_args) -> int:
-    from trl import get_peft_config, get_quantization_config
-
     from ..sft_trainer import EchoSFTTrainer
 
     inputs = load_run_inputs(script_args, training_args, model_args, "sft")
-    trainer = EchoSFTTrainer(
-        model=model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=inputs.train_dataset,
-        eval_dataset=inputs.eval_dataset,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-    )
+    trainer = build_trainer(EchoSFTTrainer, inputs, training_args, model_args)
     trainer.accelerator.print(trainer.reward_filter.summary(script_args.dataset_name))
     train_and_save(trainer, inputs.checkpoint, training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_sft/ce_env" in h or "eval_sft/ce_action" in h]

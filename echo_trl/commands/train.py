@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import argparse
 
-from .training_run import EchoScriptArguments, finish, launched, load_run_inputs, parse_training_flags, train_and_save
+from .training_run import (
+    EchoScriptArguments,
+    build_trainer,
+    finish,
+    launched,
+    load_run_inputs,
+    parse_training_flags,
+    train_and_save,
+)
 
 DESCRIPTION = """\
 Train a model with ECHO: GRPO on the agent's action tokens plus world_model_coeff x cross-entropy
@@ -76,19 +84,10 @@ def main(argv: list[str]) -> int:
 
 
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:
-    from trl import get_peft_config, get_quantization_config
-
     from ..trainer import EchoGRPOTrainer
 
     inputs = load_run_inputs(script_args, training_args, model_args, "train")
-    trainer = EchoGRPOTrainer(
-        model=model_args.model_name_or_path,
-        args=training_args,
-        train_dataset=inputs.train_dataset,
-        eval_dataset=inputs.eval_dataset,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-    )
+    trainer = build_trainer(EchoGRPOTrainer, inputs, training_args, model_args)
     train_and_save(trainer, inputs.checkpoint, training_args.output_dir)
     final = [h for h in trainer.state.log_history if "eval_world/ce_env" in h]
     if final:

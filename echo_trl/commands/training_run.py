@@ -125,6 +125,21 @@ def load_run_inputs(script_args: EchoScriptArguments, training_args, model_args,
     return RunInputs(train_dataset, eval_dataset, checkpoint)
 
 
+def build_trainer(trainer_class, inputs: RunInputs, training_args, model_args):
+    """``trainer_class`` (EchoGRPOTrainer or EchoSFTTrainer) the way TRL's scripts build theirs: the model by
+    name, quantization and PEFT from ``model_args``."""
+    from trl import get_peft_config, get_quantization_config
+
+    return trainer_class(
+        model=model_args.model_name_or_path,
+        args=training_args,
+        train_dataset=inputs.train_dataset,
+        eval_dataset=inputs.eval_dataset,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+    )
+
+
 def load_split(name: str, split: str):
     """One split of a trajectory dataset, a missing split as one line."""
     from .loading import load_dataset_named
