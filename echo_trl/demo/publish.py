@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EchoTrlError
-from ..outputs import disk_full_error, is_disk_full
+from ..io.outputs import disk_full_error, is_disk_full
 
 __all__ = ["finished_record", "publish_dir"]
 

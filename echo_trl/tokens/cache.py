@@ -35,7 +35,7 @@ import numpy as np
 from datasets import Features, List, Value
 
 from ..data.content import cache_home, dataset_content_key
-from ..outputs import disk_full_error, is_disk_full
+from ..io.outputs import disk_full_error, is_disk_full
 from .tokenization import RoleTokens, tokenize_rows
 
 __all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache", "cache_home"]
