@@ -37,6 +37,7 @@ from typing import Any
 
 from ....clients.mcp import MCPError, MCPSession, ToolOutcome
 from ....errors import EchoTrlError
+from ....io.atomic import write_file
 from ....sandbox import bwrap, hostio
 from ..scenario.database import MAX_IMAGE_BYTES
 from ..scenario.source import Scenario, ScenarioError
@@ -409,16 +410,8 @@ class PooledSession:
             os.close(fd)
 
     def write(self, image: bytes) -> None:
-        """Replace the session's database image (written whole to a new file, then renamed over it)."""
-        tmp = self.db.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        fd = hostio.create_private_file(tmp)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(image)
-            os.replace(tmp, self.db)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        """Replace the session's database image (written whole to a new private file, then renamed over it)."""
+        write_file(self.db, image, durable=False, mode=0o600)
 
     def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float | None = None) -> ToolOutcome:
         try:
