@@ -200,6 +200,35 @@ def _clean(value: Any) -> Any:
     return root[0]
 
 
+def _error(error_type: Any, message: Any) -> dict[str, Any]:
+    return {"execution_status": "error", "error_type": error_type, "error_message": message}
+
+
+def _failure(run: _Run, timeout: float) -> tuple[dict[str, Any] | None, Any]:
+    """Why a finished verifier process gave no verdict (the ``verify_result`` fields saying so; ``None`` when
+    it did), and the value it returned."""
+    if run.timed_out:
+        return {
+            "execution_status": "timeout",
+            "error_message": f"verifier did not finish within {timeout:g}s (killed)",
+        }, None
+    if not run.raw and not run.result_error:
+        rc = run.returncode
+        why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exit code {rc}"
+        return _error(
+            "VerifierCrashed", f"verifier process ended without a result ({why}); log: {run.log[-500:]}"
+        ), None
+    try:
+        if run.result_error:
+            raise InvalidResult(run.result_error)
+        out = parse_result(run.raw)
+    except InvalidResult as exc:
+        return _error("InvalidResult", str(exc)), None
+    if out.get("status") != "ok":
+        return _error(out.get("error_type"), out.get("error_message")), None
+    return None, out.get("value")
+
+
 def _verdict(
     spec: VerifierSpec,
     run: _Run,
@@ -208,99 +237,24 @@ def _verdict(
     task: str,
     trajectory: list[dict[str, Any]] | None,
 ) -> VerifyOutcome:
-    """The outcome of a finished verifier process (every odd result is a ``judge_error`` with the reason)."""
-    seconds, log_text = run.seconds, run.log
+    """The outcome of a finished verifier process: every odd result is one ``judge_error`` with the reason."""
     base = {"verifier_mode": spec.mode, "verifier": spec.source}
-    if run.timed_out:
-        return VerifyOutcome(
-            "judge_error",
-            {
-                **base,
-                "result": "others",
-                "execution_status": "timeout",
-                "error_message": f"verifier did not finish within {timeout:g}s (killed)",
-            },
-            seconds,
-            log_text,
-        )
-    if not run.raw and not run.result_error:
-        rc = run.returncode
-        why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exit code {rc}"
-        return VerifyOutcome(
-            "judge_error",
-            {
-                **base,
-                "result": "others",
-                "execution_status": "error",
-                "error_type": "VerifierCrashed",
-                "error_message": f"verifier process ended without a result ({why}); log: {log_text[-500:]}",
-            },
-            seconds,
-            log_text,
-        )
-    try:
-        if run.result_error:
-            raise InvalidResult(run.result_error)
-        out = parse_result(run.raw)
-    except InvalidResult as exc:
-        return VerifyOutcome(
-            "judge_error",
-            {
-                **base,
-                "result": "others",
-                "execution_status": "error",
-                "error_type": "InvalidResult",
-                "error_message": str(exc),
-            },
-            seconds,
-            log_text,
-        )
-    if out.get("status") != "ok":
-        return VerifyOutcome(
-            "judge_error",
-            {
-                **base,
-                "result": "others",
-                "execution_status": "error",
-                "error_type": out.get("error_type"),
-                "error_message": out.get("error_message"),
-            },
-            seconds,
-            log_text,
-        )
-    value = out.get("value")
-    if spec.mode == "sql":
-        classification = (
-            str(judge(task=task, verifier_result=value, raw_response=spec.raw_response, trajectory=trajectory or []))
-            .strip()
-            .lower()
-        )
-        if classification not in ("complete", "incomplete", "server_error", "agent_error"):
-            classification = "judge_error"
-        return VerifyOutcome(
-            classification,
-            {**base, "execution_status": "success", "raw_result": value, "result": classification},
-            seconds,
-            log_text,
-        )
-    if not isinstance(value, dict) or "result" not in value:
-        return VerifyOutcome(
-            "judge_error",
-            {
-                **base,
-                "result": "others",
-                "execution_status": "error",
-                "error_type": "InvalidReturn",
-                "error_message": f"expected a dict with 'result', got {type(value).__name__}",
-                "raw_result": value,
-            },
-            seconds,
-            log_text,
-        )
-    result = value.get("result") if value.get("result") in ("complete", "others") else "others"
-    return VerifyOutcome(
-        result, {**base, "result": result, "execution_status": "success", "raw_result": value}, seconds, log_text
-    )
+    failure, value = _failure(run, timeout)
+    if failure is None and spec.mode != "sql" and (not isinstance(value, dict) or "result" not in value):
+        why = f"expected a dict with 'result', got {type(value).__name__}"
+        failure = {**_error("InvalidReturn", why), "raw_result": value}
+    if failure is not None:
+        return VerifyOutcome("judge_error", {**base, "result": "others", **failure}, run.seconds, run.log)
+    if spec.mode == "sql":  # evidence for the judge, which classifies it
+        raw = judge(task=task, verifier_result=value, raw_response=spec.raw_response, trajectory=trajectory or [])
+        result = str(raw).strip().lower()
+        if result not in ("complete", "incomplete", "server_error", "agent_error"):
+            result = "judge_error"
+        verify_result = {**base, "execution_status": "success", "raw_result": value, "result": result}
+    else:
+        result = value["result"] if value["result"] in ("complete", "others") else "others"
+        verify_result = {**base, "result": result, "execution_status": "success", "raw_result": value}
+    return VerifyOutcome(result, verify_result, run.seconds, run.log)
 
 
 def verify_databases(
