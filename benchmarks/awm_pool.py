@@ -32,9 +32,9 @@ os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import REPO, parser, report  # noqa: E402
 
-from echo_trl.envs.awm import sandbox  # noqa: E402
-from echo_trl.envs.awm.pool import ServerPool  # noqa: E402
-from echo_trl.envs.awm.scenario import ScenarioSource  # noqa: E402
+from echo_trl.envs.awm.runtime.pool import ServerPool  # noqa: E402
+from echo_trl.envs.awm.scenario.source import ScenarioSource  # noqa: E402
+from echo_trl.sandbox import bwrap as sandbox  # noqa: E402
 
 DATA = REPO / "data" / "awm_scenarios"
 

@@ -38,8 +38,8 @@ KEYS = ("start", "call", "verify")
 
 def worker(calls: int) -> dict:
     """Time one runtime start, ``calls`` tool calls and one verifier run with the ``echo_trl`` on the path."""
-    from echo_trl.envs.awm.episode import AWMRuntime
-    from echo_trl.envs.awm.scenario import ScenarioSource
+    from echo_trl.envs.awm.runtime.episode import AWMRuntime
+    from echo_trl.envs.awm.scenario.source import ScenarioSource
 
     scenario = ScenarioSource.from_dir(REPO / "data" / "awm_scenarios").load("library_1")
     t0 = time.perf_counter()

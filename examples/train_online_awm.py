@@ -3,14 +3,14 @@
 TRL generates the agent's turns (locally, or on a vLLM server with ``--use_vllm --vllm_mode server``);
 each rollout gets its own AWM environment (its own copy of the scenario's SQLite database, served by
 the scenario's generated MCP server, sandboxed), built by
-:func:`echo_trl.envs.awm.environment.awm_environment_factories` and passed to
+:func:`echo_trl.envs.awm.online.environment.awm_environment_factories` and passed to
 ``EchoGRPOTrainer(environment_factory=...)``. Several ``--awm_scenario`` names train over several
 scenarios in one run: each prompt row goes to its scenario's environment, servers start when first
 needed and at most ``--awm_max_servers`` live at once (least recently used closed first). The
 reward is the scenario's verifier; ECHO adds ``world_model_coeff`` x cross-entropy on the tool
 outputs TRL appended to the conversation. ``--awm_format awm-agent`` trains in the official AWM
 agent's conversation (its system prompt; exactly two tools, ``list_tools`` and ``call_tool``, for
-every scenario: :mod:`echo_trl.envs.awm.agent_format`), the format the Arctic-AWM models learned.
+every scenario: :mod:`echo_trl.envs.awm.online.agent`), the format the Arctic-AWM models learned.
 
 Every ``echo-trl train`` flag (``EchoGRPOConfig`` and TRL's ``ModelConfig``, ``--config YAML``,
 ``--use_peft``) works here; the AWM flags below replace ``--dataset_name`` (the prompts are the
@@ -147,7 +147,7 @@ def train_tasks(
 
 def load_scenarios(awm_args: AWMOnlineArguments) -> list[tuple[object, str | None]]:
     """(Scenario, its data directory or None for the Hub) for every --awm_scenario."""
-    from echo_trl.envs.awm.scenario import ScenarioSource
+    from echo_trl.envs.awm.scenario.source import ScenarioSource
     from echo_trl.errors import EchoTrlError
 
     dirs = _as_list(awm_args.awm_data)
@@ -171,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from echo_trl.data import awm_agent
     from echo_trl.data.formats import default_verify_turn
-    from echo_trl.envs.awm.agent_format import awm_agent_environment_factory
-    from echo_trl.envs.awm.environment import awm_environment_factories, awm_task_dataset, close_environments
+    from echo_trl.envs.awm.online.agent import awm_agent_environment_factory
+    from echo_trl.envs.awm.online.dataset import awm_task_dataset
+    from echo_trl.envs.awm.online.environment import awm_environment_factories, close_environments
     from echo_trl.errors import EchoTrlError
     from echo_trl.trainer import EchoGRPOTrainer
 

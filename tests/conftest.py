@@ -39,7 +39,7 @@ def awm1k_samples() -> Path:
 
 
 TESTS = Path(__file__).resolve().parent
-CONTAINMENT_TEST_MODULES = ("envs/awm/test_sandbox.py", "envs/awm/test_containment.py")
+CONTAINMENT_TEST_MODULES = ("sandbox/test_bwrap.py", "sandbox/test_containment.py")
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ def _explicitly_unsafe_where_no_sandbox(request, monkeypatch):
     ``--unsafe-no-sandbox`` would. The containment tests never do: they skip with the reason."""
     if request.path.relative_to(TESTS).as_posix() in CONTAINMENT_TEST_MODULES:
         return
-    from echo_trl.envs.awm import sandbox
+    from echo_trl.sandbox import bwrap as sandbox
 
     original = sandbox.require_containment
 

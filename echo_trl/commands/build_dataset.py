@@ -11,7 +11,7 @@ from ..data.formats import FORMATS, VERIFY_TURNS
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..data.records import SkippedRecord
 from ..data.store import DATASET_MARKER, save_dataset
-from ..outputs import check_output_dir
+from ..io.outputs import check_output_dir
 from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
 DESCRIPTION = """\

@@ -10,9 +10,9 @@ Many scenarios (``--scenario`` repeatable, ``--scenario-file``, ``--all-scenario
 a GRPO group of N episodes; ``--concurrency N`` episodes in flight over one bounded pool of scenario
 servers (``--max-servers``). Policies: ``replay:FILE`` (scripts or recorded episodes), ``model:PATH``
 (transformers ``generate`` in this process) or ``openai:URL`` (an OpenAI-compatible server: vLLM,
-SGLang, ``transformers serve``, a hosted API; ``echo_trl.envs.awm.openai_policy``).
+SGLang, ``transformers serve``, a hosted API; ``echo_trl.envs.awm.policies.openai``).
 
-Output (``echo_trl.envs.awm.collect``): ``OUTPUT/<scenario>_task<K>.jsonl``, each episode appended
+Output (``echo_trl.envs.awm.capture.store``): ``OUTPUT/<scenario>_task<K>.jsonl``, each episode appended
 as one whole line when it finishes (``echo-trl build-dataset OUTPUT`` reads them); a rerun with the
 same output continues where a killed run stopped and never writes an episode twice; ``capture_state.json``
 (the settings; a rerun with other ones is refused), ``capture_summary.json`` (episodes, reward mean
@@ -33,7 +33,7 @@ RFC 010 mapping) or kept out of it under ``verification`` (``omit``: the officia
 never shows the verifier to the policy, whose ``raw_result`` can give the answer away).
 
 ``--format awm-agent`` makes a model policy speak the official AWM agent's conversation (its
-system prompt, ``list_tools`` / ``call_tool``, its call parsing; ``echo_trl.envs.awm.agent_format``)
+system prompt, ``list_tools`` / ``call_tool``, its call parsing; ``echo_trl.envs.awm.policies.model``)
 and defaults ``--verify-turn`` to ``omit``; build the dataset with the same ``--format``.
 Replaying recorded episodes (``--policy replay:DIR``) logs, per step, whether the live observation
 equals the recorded one (timestamps normalised).
@@ -52,7 +52,7 @@ from pathlib import Path
 from ..data.formats import FORMATS, VERIFY_TURNS, default_verify_turn
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
-from ..outputs import check_output_dir
+from ..io.outputs import check_output_dir
 from ..progress import progress
 from .capture_run import collect_local, episodes_per_task, model_policy
 from .cli import (  # underscores, hyphen aliases, no abbreviations
@@ -278,8 +278,9 @@ def _replay_lines(checks: list[tuple[int, int, str]]) -> list[str]:
 
 
 def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
-    from ..envs.awm.openenv import capture_openenv_episode
-    from ..envs.awm.policy import ReplayPolicy
+    from ..envs.awm.capture.openenv import capture_openenv_episode
+    from ..envs.awm.capture.store import EpisodeStore
+    from ..envs.awm.policies.replay import ReplayPolicy
 
     if kind == "replay":
         policy = ReplayPolicy.from_file(target)
@@ -293,21 +294,25 @@ def _capture_openenv(args: argparse.Namespace, kind: str, target: str) -> int:
     jobs = _jobs(args, policy, args.scenario, tasks)
     t0 = time.perf_counter()
     checks: list[tuple[int, int, str]] = []
-    for k, i in progress(jobs, desc=f"capture {args.scenario} (OpenEnv)", unit="episode", total=len(jobs)):
-        record = capture_openenv_episode(
-            args.openenv,
-            args.scenario,
-            k,
-            policy,
-            episode_index=i,
-            verifier_mode=args.verifier_mode,
-            timeout=args.tool_timeout * 2,
-            stop_on_format_error=args.stop_on_format_error,
-            verify_turn=args.verify_turn,
-        )
-        checks.extend(_replay_check(record, k, i))
-        with open(out / f"{args.scenario}_task{k}.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    store = EpisodeStore(out)  # one writer, whole fsynced lines, a torn last line cut
+    store.acquire()
+    try:
+        for k, i in progress(jobs, desc=f"capture {args.scenario} (OpenEnv)", unit="episode", total=len(jobs)):
+            record = capture_openenv_episode(
+                args.openenv,
+                args.scenario,
+                k,
+                policy,
+                episode_index=i,
+                verifier_mode=args.verifier_mode,
+                timeout=args.tool_timeout * 2,
+                stop_on_format_error=args.stop_on_format_error,
+                verify_turn=args.verify_turn,
+            )
+            checks.extend(_replay_check(record, k, i))
+            store.append(f"{args.scenario}_task{k}.jsonl", record)
+    finally:
+        store.release()
     lines = [
         f"captured {len(jobs)} episodes of {args.scenario} from OpenEnv server {args.openenv} "
         f"in {time.perf_counter() - t0:.2f}s",

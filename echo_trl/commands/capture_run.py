@@ -1,8 +1,8 @@
 """``echo-trl capture`` on local scenarios: which scenarios and tasks, which policy, the collection and its log.
 
 :mod:`echo_trl.commands.capture` parses the command and owns the replay check; this module builds the
-policy (``replay:``, ``model:`` or ``openai:``), runs the jobs through
-:mod:`echo_trl.envs.awm.collect` on one bounded server pool, aligns sampled log-probs with the trainer's
+policy (``replay:``, ``model:`` or ``openai:``) and the collection's settings, runs it with
+:func:`echo_trl.envs.awm.capture.run.collect` on one bounded server pool, aligns sampled log-probs with the trainer's
 tokenization (:mod:`echo_trl.tokens.sampled`) as each episode finishes, and returns the summary.
 """
 
@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
-from ..outputs import check_output_dir
-from ..progress import progress
 
 
 def scenario_names(args: argparse.Namespace, source) -> list[str]:
@@ -40,10 +37,8 @@ def collect_local(
 
     ``on_record`` sees each finished record (aligned) before it is stored.
     """
-    from ..envs.awm.collect import EpisodeStore, plan_jobs, pooled_runner, run_jobs, summarize, write_summary
-    from ..envs.awm.policy import PolicyError, ReplayPolicy
-    from ..envs.awm.pool import ServerPool
-    from ..envs.awm.scenario import HUB_REPO_ID, ScenarioError, ScenarioSource
+    from ..envs.awm.capture.run import collect
+    from ..envs.awm.scenario.source import HUB_REPO_ID, ScenarioSource
 
     policy, sampler, tokenizer = build_policy(args, kind, target)
     source = (
@@ -51,98 +46,58 @@ def collect_local(
         if args.data
         else ScenarioSource.from_hub(args.hub_repo or HUB_REPO_ID, revision=args.revision)
     )
-    scenarios, not_runnable = [], []
-    for name in scenario_names(args, source):
-        scenario = source.load(name)
-        try:
-            scenario.require("env_code")
-        except ScenarioError:
-            if not args.all_scenarios:
-                raise
-            not_runnable.append(name)
-            continue
-        scenarios.append(scenario)
-    tasks: dict[str, list[int]] = {}
-    for sc in scenarios:
-        ks = args.task_idx or (policy.tasks(sc.name) if isinstance(policy, ReplayPolicy) else range(len(sc.tasks)))
-        for k in ks:
-            sc.task(k)  # range check with a clear error before anything starts
-        if ks:
-            tasks[sc.name] = list(ks)
-    if not tasks:
-        raise PolicyError(
-            "no task to play: "
-            + ("the replay file has no scripts for these scenarios" if scenarios else "no scenario with server code")
-        )
-    out = check_output_dir(Path(args.output))
-    store = EpisodeStore(out)
-    store.acquire()
-    try:
-        store.check_settings(settings(args, tokenizer))
-        done = store.done_keys()
-        jobs = plan_jobs(tasks, lambda s, k: episodes_per_task(args, policy, s, k))
-        todo = [j for j in jobs if j.key not in done]
-        t0 = time.perf_counter()
-        with ServerPool(
-            args.max_servers or min(args.concurrency, 8),
+
+    def finished(record: dict) -> None:
+        if tokenizer is not None:
+            align(args, tokenizer, record)
+        if on_record is not None:
+            on_record(record)
+
+    result = collect(
+        collection_settings(args, scenario_names(args, source), tokenizer),
+        source,
+        policy,
+        sampler=sampler,
+        on_record=finished,
+    )
+    lines = log_lines(args, source, result.tasks, result.not_runnable, result.summary, result.containment, tokenizer)
+    one = len(result.databases) == 1
+    lines[1:1] = [
+        f"database{'' if one else ' ' + name}: {report}" for name, report in sorted(result.databases.items())
+    ]
+    return result.summary, lines, result.output
+
+
+def collection_settings(args: argparse.Namespace, scenarios: list[str], tokenizer):
+    """The library's settings of this collection, from the parsed flags."""
+    from ..envs.awm.capture.run import CollectionSettings
+    from ..envs.awm.runtime.settings import AWMSettings
+
+    return CollectionSettings(
+        output=Path(args.output),
+        scenarios=tuple(scenarios),
+        skip_without_server_code=args.all_scenarios,
+        task_indices=tuple(args.task_idx or ()),
+        episodes=args.episodes,
+        concurrency=args.concurrency,
+        format=args.format,
+        verify_turn=args.verify_turn,
+        environment=AWMSettings(
             tool_timeout=args.tool_timeout,
             verifier_timeout=args.verifier_timeout,
             verifier_mode=args.verifier_mode,
             unsafe_no_sandbox=args.unsafe_no_sandbox,
-        ) as pool:
-            for sc in scenarios:
-                if sc.name in tasks:
-                    pool.add(sc)
-            run = pooled_runner(
-                pool,
-                policy,
-                verify_turn=args.verify_turn,
-                format=args.format,
-                stop_on_format_error=args.stop_on_format_error,
-                sampler=sampler,
-            )
-            desc = f"capture {len(tasks)} scenario(s)"
-            try:
-                for record in progress(
-                    run_jobs(todo, run, concurrency=args.concurrency), desc=desc, unit="episode", total=len(todo)
-                ):
-                    if tokenizer is not None:
-                        align(args, tokenizer, record)
-                    if on_record is not None:
-                        on_record(record)
-                    store.add(record)
-            except PolicyError as exc:
-                raise PolicyError(
-                    f"{exc} ({store.written} episode(s) of this run kept in {out}: rerun the same command to continue)"
-                ) from None
-            containment, stats = pool.containment, pool.stats
-        elapsed = time.perf_counter() - t0
-        summary = summarize(list(store.records()))
-    finally:
-        store.release()
-    summary["run"] = {
-        "episodes": store.written,
-        "already_there": len(jobs) - len(todo),
-        "seconds": round(elapsed, 2),
-        "episodes_per_s": round(store.written / elapsed, 3) if elapsed > 0 else None,
-        "concurrency": args.concurrency,
-        "server_starts": stats.starts,
-    }
-    write_summary(out, summary)
-    lines = log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer)
-    one = len(stats.databases) == 1
-    lines[1:1] = [f"database{'' if one else ' ' + name}: {report}" for name, report in sorted(stats.databases.items())]
-    return summary, lines, out
+            stop_on_format_error=args.stop_on_format_error,
+        ),
+        max_servers=args.max_servers,
+        shaping=settings(args, tokenizer),
+    )
 
 
 def episodes_per_task(args: argparse.Namespace, policy, scenario: str, k: int) -> int:
-    from ..envs.awm.policy import ReplayPolicy
+    from ..envs.awm.capture.run import episodes_for
 
-    if args.episodes is not None:
-        return args.episodes
-    if isinstance(policy, ReplayPolicy) and policy.recorded:
-        return max(1, policy.count(scenario, k))
-    return 1
+    return episodes_for(policy, args.episodes, scenario, k)
 
 
 def settings(args: argparse.Namespace, tokenizer) -> dict:
@@ -166,7 +121,7 @@ def settings(args: argparse.Namespace, tokenizer) -> dict:
 
 
 def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer) -> list[str]:
-    from ..envs.awm.collect import summary_lines
+    from ..envs.awm.capture.summary import summary_lines
 
     run = summary["run"]
     lp = summary["logprobs"]
@@ -197,14 +152,15 @@ def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer
 
 def build_policy(args: argparse.Namespace, kind: str, target: str):
     """(policy, sampler description, tokenizer to align log-probs with or None)."""
-    from ..envs.awm.policy import ReplayPolicy
+    from ..envs.awm.policies.replay import ReplayPolicy
 
     if kind == "replay":
         return ReplayPolicy.from_file(target), None, None
     if kind == "model":
         policy = model_policy(args, target)
         return policy, None, policy.tokenizer
-    from ..envs.awm.openai_policy import OpenAIClient, OpenAIPolicy
+    from ..clients.openai import OpenAIClient
+    from ..envs.awm.policies.openai import OpenAIPolicy
     from ..tokens.sampled import load_tokenizer
 
     if not args.model:
@@ -253,8 +209,7 @@ def align(args: argparse.Namespace, tokenizer, record: dict) -> None:
 
 
 def model_policy(args: argparse.Namespace, target: str):
-    from ..envs.awm.agent_format import AWMAgentModelPolicy
-    from ..envs.awm.policy import ModelPolicy
+    from ..envs.awm.policies.model import AWMAgentModelPolicy, ModelPolicy
 
     system_prompt = args.system_prompt or None
     if args.format == "awm-agent":

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import EchoTrlError
-from ..outputs import disk_full_error, is_disk_full
+from ..io.outputs import disk_full_error, is_disk_full
 
 __all__ = ["checkpoint_problem", "checkpoint_is_complete", "resolve_checkpoint", "checkpoint_saves"]
 

@@ -80,7 +80,7 @@ def load_run_inputs(script_args: EchoScriptArguments, training_args, model_args,
     the datasets; ``training_args.model_init_kwargs`` filled from ``model_args`` as TRL's scripts do."""
     from ..data.hub import locate
     from ..data.store import saved_dataset_kind
-    from ..outputs import check_output_dir
+    from ..io.outputs import check_output_dir
     from .checkpoints import resolve_checkpoint
     from .loading import check_model_dir
 

@@ -16,15 +16,15 @@ would keep every stat field; git's "racy" rule).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import datasets
+
+from ..io.atomic import write_file
 
 __all__ = ["cache_home", "file_digest", "dataset_content_key", "with_content_fingerprint"]
 
@@ -55,27 +55,13 @@ def hash_file(path: str) -> str:
 
 
 def _remember(record: Path, content: dict) -> None:
-    """Write the record atomically (temp file in the same directory, then ``os.replace``); a record that cannot
-    be written is only a lost shortcut, never an error."""
-    tmp = None
+    """Write the record atomically (:func:`echo_trl.io.atomic.write_file`: a temporary sibling, then
+    ``os.replace``); a record that cannot be written is only a lost shortcut, never an error."""
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{record.name}.", dir=record.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(content, fh)
-        os.replace(tmp, record)
-        tmp = None
+        write_file(record, json.dumps(content), durable=False, mode=0o600)
     except OSError:
         pass
-    finally:
-        if tmp is not None:
-            _unlink_quietly(tmp)
-
-
-def _unlink_quietly(path: str) -> None:
-    """Remove ``path`` if it is there (clean-up after a failed write)."""
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def file_digest(path: str | os.PathLike) -> str:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from datasets import Features
 
 from ..errors import DatasetSchemaError, EchoTrlError
-from ..outputs import atomic_output_dir
+from ..io.outputs import atomic_output_dir
 from .card import dataset_card
 from .content import with_content_fingerprint
 from .hub import hub_endpoint, hub_offline, hub_unreachable
@@ -114,7 +114,7 @@ def save_dataset(
     """``save_to_disk`` plus the dataset card and the skipped-records report; optionally push.
 
     Atomic: everything is written into a temporary sibling directory that then replaces
-    ``output_dir`` in one rename, under a lock (:mod:`echo_trl.outputs`), so a killed or failed save
+    ``output_dir`` in one rename, under a lock (:mod:`echo_trl.io.outputs`), so a killed or failed save
     leaves the previous dataset intact and a concurrent writer is refused. An existing
     ``output_dir`` must be empty or a previous dataset.
     """

@@ -9,15 +9,14 @@ finished when its marker file (written last, inside the temporary directory) rea
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import EchoTrlError
-from ..outputs import disk_full_error, is_disk_full
+from ..io.atomic import move_dir_into_place, staging_dir
+from ..io.outputs import disk_full_error, is_disk_full
 
 __all__ = ["finished_record", "publish_dir"]
 
@@ -37,26 +36,17 @@ def publish_dir(path: Path, marker: str, write: Callable[[Path], None], *, needs
     ``path``; the temporary directory is removed whatever happens. A finished ``path`` written meanwhile by
     another process wins; an unfinished one is replaced. A full disk (``needs``: about the bytes written) is
     one line naming ``path``."""
-    tmp = None
+    written = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        write(tmp)
+        with staging_dir(path) as tmp:  # removed whatever happens
+            write(tmp)
+            written = True
+            if not move_dir_into_place(tmp, path, lambda p: finished_record(p, marker) is not None):
+                raise EchoTrlError(f"{path}: cannot put the model there (another process keeps replacing it)")
     except Exception as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        if written:
+            raise
         if is_disk_full(exc) or (path.parent.is_dir() and shutil.disk_usage(path.parent).free < needs):
             raise disk_full_error(path, needs) from None
         raise
-    try:
-        for _ in range(2):
-            try:
-                os.rename(tmp, path)
-                return
-            except OSError:  # path exists (a non-empty directory cannot be renamed over)
-                if finished_record(path, marker) is not None:
-                    return
-                shutil.rmtree(path, ignore_errors=True)  # unfinished: replace it
-        raise EchoTrlError(f"{path}: cannot put the model there (another process keeps replacing it)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +33,8 @@ import numpy as np
 from datasets import Features, List, Value
 
 from ..data.content import cache_home, dataset_content_key
-from ..outputs import disk_full_error, is_disk_full
+from ..io.atomic import staging_dir
+from ..io.outputs import disk_full_error, is_disk_full
 from .tokenization import RoleTokens, tokenize_rows
 
 __all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache", "cache_home"]
@@ -150,20 +149,16 @@ def map_to_cache(
     if cache_file is None:
         return ds.map(function, new_fingerprint=fingerprint, keep_in_memory=True, **map_kwargs)
     if not os.path.exists(cache_file):
-        work = None
         try:
-            work = tempfile.mkdtemp(prefix=".echo-trl-writing-", dir=os.path.dirname(cache_file))
-            part = os.path.join(work, os.path.basename(cache_file))
-            kwargs = {**map_kwargs, "load_from_cache_file": False}
-            ds.map(function, new_fingerprint=fingerprint, cache_file_name=part, **kwargs)
-            os.replace(part, cache_file)
+            with staging_dir(cache_file, prefix=".echo-trl-writing-") as work:
+                part = os.path.join(work, os.path.basename(cache_file))
+                kwargs = {**map_kwargs, "load_from_cache_file": False}
+                ds.map(function, new_fingerprint=fingerprint, cache_file_name=part, **kwargs)
+                os.replace(part, cache_file)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full_error(cache_file, ds.data.nbytes) from None
             raise
-        finally:
-            if work is not None:
-                shutil.rmtree(work, ignore_errors=True)
     return ds.map(
         function, new_fingerprint=fingerprint, cache_file_name=cache_file, load_from_cache_file=True, **map_kwargs
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from helpers.inference_server import TransformersServer, tool_calling_model
 
-from echo_trl.envs.awm.collect import EpisodeStore
+from echo_trl.envs.awm.capture.store import EpisodeStore
 
 LIBRARY = Path(__file__).resolve().parents[2] / "data" / "awm_scenarios"
 pytestmark = [

@@ -478,8 +478,8 @@ def running(pids: set[int]) -> list[int]:
 # An online-training process in miniature: a server pool with one live server, then idle.
 POOL_HOST = """
 import sys, time
-from echo_trl.envs.awm.pool import ServerPool
-from echo_trl.envs.awm.scenario import ScenarioSource
+from echo_trl.envs.awm.runtime.pool import ServerPool
+from echo_trl.envs.awm.scenario.source import ScenarioSource
 pool = ServerPool(1)
 pool.add(ScenarioSource.from_dir(sys.argv[1]).load("library_1"))
 pool.tools("library_1")

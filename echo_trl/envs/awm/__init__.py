@@ -1,28 +1,15 @@
 """Run Agent World Model (AWM) scenarios locally: data, contained server, MCP, verifier, episodes.
 
-One module per job::
+Cut by job, each sub-package with its own docstring:
 
-    scenario.py     gen_*.jsonl (directory or Hub cache) -> Scenario; ScenarioError names the field
-    database.py     schema + samples -> SQLite image; copies with the backup API
-    sandbox.py      bubblewrap containment for generated code (detect, apply, refuse) + process cleanup
-    bwrap_args.py   the bubblewrap command line of one sandbox, its limits and layers
-    seccomp.py      the sandbox's seccomp filter (a classic-BPF program, assembled here)
-    keyring.py      a fresh session keyring for every sandbox
-    hostio.py       host-side I/O at the boundary: sealed inputs, bounded reads, no-follow removal
-    cgroups.py      per-sandbox memory + process caps through a cgroup, where the host allows one
-    server.py       the generated FastAPI app + fastapi-mcp on a Unix socket, in the sandbox
-    mcp_client.py   synchronous MCP client session (streamable HTTP over the socket)
-    verifier.py     code verifiers in a short-lived sandboxed process -> reward
-    episode.py      AWMRuntime (one live scenario) and Episode (steps in the OpenEnv capture shape)
-    rewards.py      reward type and reward per step, episode outcome, verify observation: the upstream server's
-    policy.py       replay scripts / recorded episodes and model policies for ``echo-trl capture``
-    openai_policy.py a model behind an OpenAI-compatible server (vLLM, transformers serve ...), sampled turns kept
-    collect.py      many scenarios / tasks / episodes in flight over the pool, resumable output, the summary
-    pool.py         scenario servers started lazily, pooled under a bound; sessions own their databases
-    environment.py  TRL ``environment_factory`` (online GRPO / ECHO), one or many scenarios
-    agent_format.py the official AWM agent's format, live (capture model policy, two-tool TRL environment)
-    openenv.py      client for an upstream OpenEnv ``agent_world_model_env`` server
+* ``scenario``: what a scenario is (files, initial database, rewards); nothing runs;
+* ``runtime``: a live scenario (contained server, verifier, episodes, the bounded server pool);
+* ``online``: TRL ``environment_factory`` environments for online GRPO / ECHO;
+* ``policies``: what plays an episode for ``echo-trl capture`` (replay, local model, OpenAI-compatible server);
+* ``capture``: many episodes collected at once into a resumable output, and capture from OpenEnv.
 
+The general pieces they use live on echo_trl's ground floor: ``echo_trl.sandbox`` (bubblewrap
+containment), ``echo_trl.clients`` (MCP, OpenAI-compatible) and ``echo_trl.io`` (durable files).
 Heavy imports happen on first use of a name.
 """
 
@@ -31,39 +18,41 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: Public name -> the module defining it (relative to this package unless it starts with ``echo_trl.``).
 _EXPORTS = {
-    "ScenarioSource": "scenario",
-    "Scenario": "scenario",
-    "ScenarioError": "scenario",
-    "HUB_REPO_ID": "scenario",
-    "build_database": "database",
-    "copy_database": "database",
-    "detect_containment": "sandbox",
-    "Containment": "sandbox",
-    "ScenarioServer": "server",
-    "MCPSession": "mcp_client",
-    "run_verifier": "verifier",
-    "RewardConfig": "verifier",
-    "VerifierConfigError": "verifier",
-    "AWMRuntime": "episode",
-    "Episode": "episode",
-    "ReplayPolicy": "policy",
-    "ModelPolicy": "policy",
-    "PolicyError": "policy",
-    "OpenAIClient": "openai_policy",
-    "OpenAIPolicy": "openai_policy",
-    "InferenceServerError": "openai_policy",
-    "awm_environment_factory": "environment",
-    "awm_task_dataset": "environment",
-    "awm_environment_factories": "environment",
-    "ServerPool": "pool",
-    "PoolError": "pool",
-    "awm_agent_environment_factory": "agent_format",
-    "AWMAgentModelPolicy": "agent_format",
-    "close_environments": "environment",
-    "AWMEnvironment": "environment",
-    "OpenEnvAWMClient": "openenv",
-    "capture_openenv_episode": "openenv",
+    "ScenarioSource": "scenario.source",
+    "Scenario": "scenario.source",
+    "ScenarioError": "scenario.source",
+    "HUB_REPO_ID": "scenario.source",
+    "build_database": "scenario.database",
+    "copy_database": "scenario.database",
+    "detect_containment": "echo_trl.sandbox.bwrap",
+    "Containment": "echo_trl.sandbox.bwrap",
+    "ScenarioServer": "runtime.server",
+    "MCPSession": "echo_trl.clients.mcp",
+    "run_verifier": "runtime.verifier",
+    "RewardConfig": "scenario.rewards",
+    "VerifierConfigError": "runtime.verifier",
+    "AWMRuntime": "runtime.episode",
+    "AWMSettings": "runtime.settings",
+    "Episode": "runtime.episode",
+    "ReplayPolicy": "policies.replay",
+    "ModelPolicy": "policies.model",
+    "PolicyError": "policies.policy",
+    "OpenAIClient": "echo_trl.clients.openai",
+    "OpenAIPolicy": "policies.openai",
+    "InferenceServerError": "echo_trl.clients.openai",
+    "awm_environment_factory": "online.environment",
+    "awm_task_dataset": "online.dataset",
+    "awm_environment_factories": "online.environment",
+    "ServerPool": "runtime.pool",
+    "PoolError": "runtime.pool",
+    "awm_agent_environment_factory": "online.agent",
+    "AWMAgentModelPolicy": "policies.model",
+    "close_environments": "online.environment",
+    "AWMEnvironment": "online.environment",
+    "OpenEnvAWMClient": "capture.openenv",
+    "capture_openenv_episode": "capture.openenv",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -71,5 +60,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        module = _EXPORTS[name]
+        path = module if module.startswith("echo_trl.") else f"{__name__}.{module}"
+        return getattr(importlib.import_module(path), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

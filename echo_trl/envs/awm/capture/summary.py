@@ -1,0 +1,97 @@
+"""What a collection holds, summed up: the summary a person checks before training on the episodes.
+
+:func:`summarize` reads the records back (episodes, reward mean per scenario, outcomes, format and tool
+errors, tokens, log-prob alignment); :func:`summary_lines` prints it; :func:`write_summary` keeps it as
+``capture_summary.json`` beside the episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from ....data.records import sampled_turns
+from ....io.atomic import write_file
+from ..scenario.rewards import FORMAT_ERRORS
+
+SUMMARY_FILE = "capture_summary.json"
+#: Step outcomes counted as tool errors (the environment refused or failed a well-formed call).
+TOOL_ERRORS = ("tool_error", "server_error", "timeout")
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over collected records: what a person checks before training on them.
+
+    Per scenario: episodes and reward mean. Outcomes (``reward_type``), format errors (unknown tool,
+    invalid arguments) and tool errors (the environment refused or failed a call) over all steps,
+    tokens the server reported (prompt and completion), and the sampler log-prob alignment: turns
+    with token ids and log-probs, turns aligned with the trainer's tokenization, turns flagged, and
+    episodes that carry ``behavior_logprobs``.
+    """
+    by_scenario: dict[str, list[float]] = defaultdict(list)
+    outcomes: Counter[str] = Counter()
+    steps: Counter[str] = Counter()
+    tokens = Counter()
+    align = Counter()
+    for rec in records:
+        by_scenario[rec.get("scenario", "?")].append(float(rec.get("reward", 0.0)))
+        outcomes[rec.get("reward_type", "?")] += 1
+        for step in [*rec.get("steps", []), *([rec["verification"]] if "verification" in rec else [])]:
+            steps[step.get("observation", {}).get("reward_type", "?")] += 1
+        sampler = rec.get("sampler") or {}
+        turns = sampled_turns(rec)
+        for turn in turns:
+            usage = turn.get("usage") or {}
+            tokens["prompt"] += int(usage.get("prompt_tokens", 0))
+            tokens["completion"] += int(usage.get("completion_tokens", 0))
+        align["turns"] += len(turns)
+        align["turns_with_logprobs"] += sum(1 for t in turns if t.get("logprobs") is not None and t.get("token_ids"))
+        checked = sampler.get("alignment") or {}
+        align["turns_aligned"] += int(checked.get("aligned_turns", 0))
+        align["turns_flagged"] += len(checked.get("flagged") or [])
+        align["episodes_with_behavior_logprobs"] += rec.get("behavior_logprobs") is not None
+    n = sum(len(v) for v in by_scenario.values())
+    return {
+        "episodes": n,
+        "scenarios": {
+            s: {"episodes": len(v), "reward_mean": round(sum(v) / len(v), 4)} for s, v in sorted(by_scenario.items())
+        },
+        "reward_mean": round(sum(sum(v) for v in by_scenario.values()) / n, 4) if n else None,
+        "outcomes": dict(sorted(outcomes.items())),
+        "steps": sum(steps.values()),
+        "format_errors": sum(steps[k] for k in FORMAT_ERRORS),
+        "tool_errors": sum(steps[k] for k in TOOL_ERRORS),
+        "tokens": {"prompt": tokens["prompt"], "completion": tokens["completion"]},
+        "logprobs": dict(align),
+    }
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary as the lines ``capture`` prints and logs."""
+    lp = summary["logprobs"]
+    lines = [
+        f"episodes: {summary['episodes']} (reward mean {summary['reward_mean']})",
+        *(
+            f"  {name}: {s['episodes']} episodes, reward mean {s['reward_mean']}"
+            for name, s in summary["scenarios"].items()
+        ),
+        f"outcomes: {json.dumps(summary['outcomes'], sort_keys=True)}",
+        f"steps: {summary['steps']}; format errors: {summary['format_errors']}; tool errors: {summary['tool_errors']}",
+        f"tokens: prompt {summary['tokens']['prompt']}, completion {summary['tokens']['completion']}",
+    ]
+    if lp.get("turns"):
+        lines.append(
+            f"sampled turns: {lp['turns']}, with token ids and log-probs {lp.get('turns_with_logprobs', 0)}, "
+            f"aligned with the trainer's tokenization {lp.get('turns_aligned', 0)}, "
+            f"FLAGGED (token ids differ) {lp.get('turns_flagged', 0)}; "
+            f"episodes with behavior_logprobs: {lp.get('episodes_with_behavior_logprobs', 0)}"
+        )
+    return lines
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> Path:
+    path = out / SUMMARY_FILE
+    write_file(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return path

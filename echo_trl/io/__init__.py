@@ -1,0 +1,5 @@
+"""Durable files: atomic file and directory replacement (``atomic``), output directories checked and swapped
+under a lock (``outputs``), resumable JSONL directories (``jsonl_store``).
+
+Imports nothing of echo_trl but ``errors``.
+"""
