@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from trl import GRPOTrainer
 
-from .config import EchoGRPOConfig
-from .data.card import ECHO_PAPER
+from .config import TRL_MAX_COMPLETION_LENGTH, EchoGRPOConfig
+from .data.citations import ECHO_PAPER
 from .errors import EchoTrlError
 from .train import metrics, offline, trl_compat
 from .train.advantages import with_advantages
@@ -83,6 +83,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         if not isinstance(args, EchoGRPOConfig):
             raise EchoTrlError(f"EchoGRPOTrainer needs an EchoGRPOConfig, got {type(args).__name__}")
         is_offline = train_dataset is not None and offline.is_trajectory_dataset(train_dataset)
+        if args.max_completion_length is None and not is_offline:  # offline: whole recorded completions
+            args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound: TRL's default
         offline.check_settings(
             args, train_dataset, offline=is_offline, online=bool(tools or rollout_func or environment_factory)
         )

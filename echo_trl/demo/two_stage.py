@@ -169,8 +169,8 @@ def _episodes(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.cache_dir import cache_home
     from ..progress import quiet_libraries
-    from ..tokens.cache import cache_home
     from .warmup import WarmupSettings, warm_up_tiny_model
 
     quiet_libraries(progress_bars=True, user_warnings=True)

@@ -34,11 +34,12 @@ import datasets
 import numpy as np
 from datasets import Features, List, Value
 
-from ..data.content import cache_home, dataset_content_key
+from ..data.cache_dir import cache_home
+from ..data.content import dataset_content_key
 from ..outputs import disk_full_error, is_disk_full
 from .tokenization import RoleTokens, tokenize_rows
 
-__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache", "cache_home"]
+__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache"]
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
 LAYOUT_VERSION = "3"

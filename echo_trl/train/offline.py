@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
-from trl import GRPOConfig
 from trl.trainer.utils import RepeatSampler
 
 from ..errors import EchoTrlError
@@ -45,8 +44,6 @@ TRAJECTORY_COLUMNS = [
     INITIAL_LOGPS,
     *TOKEN_COLUMNS,
 ]
-#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
-TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -81,8 +78,7 @@ def is_trajectory_dataset(ds) -> bool:
 
 
 def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
-    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation);
-    an unset ``max_completion_length`` becomes TRL's default unless offline (whole recorded completions)."""
+    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation)."""
     if offline and online:
         raise EchoTrlError(
             "train_dataset holds recorded trajectories (a 'completion' column) but tools / rollout_func / "
@@ -108,8 +104,6 @@ def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
             f"train_dataset has {len(train_dataset)} trajectories, fewer than one generation batch "
             f"({args.generation_batch_size} = per_device_train_batch_size x processes x steps_per_generation)"
         )
-    if args.max_completion_length is None and not offline:
-        args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound
     if args.max_completion_length is None and args.loss_type == "dr_grpo":
         raise EchoTrlError(
             "loss_type='dr_grpo' divides by max_completion_length: set it (offline it is unset by "
