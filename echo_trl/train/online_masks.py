@@ -20,8 +20,8 @@ import torch
 
 from ..roles import Role
 from ..tokens.layout import probe_format
+from ..tokens.quality import passes_filters, rollout_quality
 from ..tokens.world_mask import world_mask
-from .quality import passes_filters, rollout_quality
 
 
 @dataclass
