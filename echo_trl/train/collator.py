@@ -10,7 +10,7 @@ are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``com
 * ``env_output_mask`` / ``warning_mask`` = the ECHO roles,
   ``world_mask`` = :func:`echo_trl.tokens.world_mask.world_mask`;
 * ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions, else the
-  starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
+  starting model's (:data:`STARTING_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
   else NaN (``"current"``: the trainer fills in the policy's own, importance ratio 1).
 
 Everything here is pure (a tokenizer and Python/torch values; no trainer, no model).
@@ -33,8 +33,9 @@ from ..tokens.quality import passes_filters, rollout_quality, with_dataset_colum
 from ..tokens.tokenization import tokenize_with_roles
 from ..tokens.world_mask import world_mask
 
-#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`).
-INITIAL_LOGPS = "echo_initial_logprobs"
+#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`); the
+#: column keeps the name of the config value (``behavior_policy="initial"``) it had from the first release.
+STARTING_LOGPS = "echo_initial_logprobs"
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
             recorded,
             action,
             int((full.roles == Role.ACTION.code).sum()),
-            row.get(INITIAL_LOGPS) if isinstance(row, dict) else None,
+            row.get(STARTING_LOGPS) if isinstance(row, dict) else None,
         ),
         truncated_tokens=tokens.truncated_tokens,
         quality=quality,
@@ -122,20 +123,20 @@ def _group_id(row: dict[str, Any]) -> str:
 
 
 def _behavior_logps(
-    group_id: str, recorded: list[float] | None, action: np.ndarray, n_action_full: int, initial: list[float] | None
+    group_id: str, recorded: list[float] | None, action: np.ndarray, n_action_full: int, starting: list[float] | None
 ) -> list[float] | None:
     """The behaviour log-probs at the (kept) action positions, NaN elsewhere: the recorded ones (one per
     action token of the whole trajectory), else the starting model's (one per *kept* action token)."""
     if recorded is None:
-        if initial is None:
+        if starting is None:
             return None
-        if len(initial) != int(action.sum()):
+        if len(starting) != int(action.sum()):
             raise DatasetSchemaError(
-                f"trajectory {group_id!r}: {INITIAL_LOGPS} has {len(initial)} values for "
+                f"trajectory {group_id!r}: {STARTING_LOGPS} has {len(starting)} values for "
                 f"{int(action.sum())} kept action tokens (computed under other truncation settings); drop the "
                 "column and the trainer computes its own"
             )
-        values = initial
+        values = starting
     else:
         values = list(recorded)
         if len(values) != n_action_full:

@@ -22,16 +22,9 @@ from ..roles import Role
 from ..tokens.layout import probe_format
 from ..tokens.quality import passes_filters, rollout_quality
 from ..tokens.world_mask import world_mask
-
-
-@dataclass
-class GeneratedRollouts:
-    """What TRL's ``_generate`` returned that the masks need (unpadded, one entry per completion)."""
-
-    completion_ids: list[list[int]]
-    tool_mask: list[list[int]] | None  # TRL's tool loop / a rollout_func's env_mask: 1 = model token
-    completions: list[Any]  # the completion messages (a list) or text
-    extra_fields: dict[str, Any]  # a rollout_func's extra fields (``env_output_mask``, ``warning_mask``)
+from . import metrics, trl_compat
+from .batch import GeneratedRollouts
+from .loss import global_count
 
 
 @dataclass
@@ -265,3 +258,24 @@ def online_masks(
     return OnlineMasks(
         tensor(env), tensor(warn), tensor(world), torch.as_tensor(passes, device=device), failures, fallback
     )
+
+
+def add_online_masks(trainer, output: dict[str, Any], rollouts: GeneratedRollouts | None, settings) -> dict[str, str]:
+    """ECHO's masks and the world term's global count added to TRL's generated batch ``output`` (in place), and the
+    metrics they log (as :func:`echo_trl.train.offline.collate_batch` does for a recorded batch); returns what the
+    user should hear about them (once per run), by key."""
+    masks = online_masks(
+        rollouts,
+        output["completion_mask"],
+        output.get("tool_mask"),
+        tokenizer=trl_compat.tokenizer(trainer),
+        tools=trainer.tools,
+        settings=settings,
+        render_suffix=lambda msgs, **kw: trl_compat.render_tool_suffix(trainer, msgs, **kw),
+    )
+    gather = trainer.accelerator.gather
+    world_count = global_count(masks.world_mask, trainer.args.world_loss_normalization)
+    output.update(masks.columns(), world_num_items=gather(world_count).sum())
+    mode = "train" if trainer.model.training else "eval"
+    metrics.log_online_batch(trl_compat.metrics(trainer, mode), masks.passes, masks.align_failures, gather)
+    return masks.warnings()

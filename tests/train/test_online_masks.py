@@ -9,8 +9,9 @@ import torch
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.roles import tool_call
+from echo_trl.train.batch import GeneratedRollouts
 from echo_trl.train.collator import CollatorSettings
-from echo_trl.train.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
+from echo_trl.train.online_masks import online_masks, tool_content_mask, zero_spans
 
 
 @pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
