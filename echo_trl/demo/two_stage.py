@@ -144,11 +144,13 @@ def _grpo(start: Path, train, args, out: Path) -> None:
 def _held_out(path: Path, held, args) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..train.role_eval import evaluate_role_ce
+    from ..train.world_eval import evaluate_world_model
 
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return evaluate_role_ce(model, tokenizer, held, max_completion_length=args.max_completion_length)
+    return evaluate_world_model(
+        model, tokenizer, held, max_completion_length=args.max_completion_length, show_progress=False
+    )
 
 
 def _episodes(args):
