@@ -16,10 +16,12 @@ from trl import GRPOConfig
 
 from .roles import WORLD_LOSS_TARGETS
 from .tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS
-from .train.offline import TRL_MAX_COMPLETION_LENGTH
 
 #: Shapes of the world-model coefficient over training steps.
 COEFF_SCHEDULES = ("constant", "linear_decay", "step_decay")
+
+#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
+TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 
 #: How the world-model cross-entropy is averaged (see ``world_loss_normalization``).
 WORLD_LOSS_NORMALIZATIONS = ("token", "sequence", "all_sequences")
@@ -78,10 +80,12 @@ class EchoGRPOConfig(GRPOConfig):
             `"env_only"` (tool output content), `"observation"` (plus the chat-template tokens wrapping tool
             messages) or `"all"` (plus harness warnings).
         world_loss_normalization (`str`, *optional*, defaults to `"sequence"`):
-            `"sequence"`: mean over each trajectory's world tokens, then over the trajectories that have any;
-            `"all_sequences"` (echo-rl's): the same sum divided by every trajectory of the batch; `"token"`: mean
-            over all world tokens. Exact under data parallelism, and under gradient accumulation when
-            `steps_per_generation == gradient_accumulation_steps` (TRL's default).
+            `"sequence"`: each trajectory's mean CE over its own world tokens, averaged over the trajectories that
+            have any (every trajectory weighs the same); `"all_sequences"` (echo-rl's): the same means divided by
+            the number of all trajectories of the batch (rows without world tokens count as 0); `"token"`: the CE
+            summed over all world tokens / their number (every token weighs the same). Exact under data
+            parallelism, and under gradient accumulation when `steps_per_generation ==
+            gradient_accumulation_steps` (TRL's default).
         world_loss_temperature (`float`, *optional*, defaults to `1.0`):
             Temperature of the world-model cross-entropy. TRL divides the logits by `temperature` in its
             forward: when the two are equal (TRL's default of 1.0 included) the world term reuses GRPO's
@@ -180,13 +184,16 @@ class EchoGRPOConfig(GRPOConfig):
     world_loss_normalization: str = field(
         default="sequence",
         metadata={
-            "help": "How the cross-entropy is averaged. 'sequence' (default): mean over each trajectory's world "
-            "tokens, then mean over the trajectories that have any, so rows the filters or a tool-free episode "
-            "leave without world tokens do not dilute lambda. 'all_sequences' (echo-rl's exact setting): the "
-            "same per-trajectory means summed, divided by every trajectory of the batch. 'token': mean over "
-            "all world tokens of the batch (long observations weigh more). Each divides by a count gathered "
-            "over the generation batch and all processes (as TRL normalizes its 'dapo' loss): exact under "
-            "gradient accumulation when steps_per_generation == gradient_accumulation_steps.",
+            "help": "How the world-model cross-entropy (CE) of a batch is averaged. 'sequence' (default): each "
+            "trajectory's mean CE over its own world tokens, averaged over the trajectories that have at least "
+            "one (sum of the means / number of such trajectories): every trajectory weighs the same, and one "
+            "the filters or a tool-free episode leave without world tokens does not dilute lambda. "
+            "'all_sequences' (echo-rl's exact setting): the same per-trajectory means divided by the number of "
+            "all trajectories of the batch: rows without world tokens count as 0 and shrink the term. 'token': "
+            "the CE summed over all world tokens of the batch / their number: every token weighs the same, so "
+            "long observations weigh more. Each count is gathered over the generation batch and all processes "
+            "(as TRL normalizes its 'dapo' loss): exact under gradient accumulation when "
+            "steps_per_generation == gradient_accumulation_steps.",
             "choices": list(WORLD_LOSS_NORMALIZATIONS),
         },
     )

@@ -217,9 +217,19 @@ def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_i
     assert trainer._echo_settings.max_length == trainer.model.config.max_position_embeddings
     explicit = make_trainer(tmp_path, ds, max_completion_length=trl_default)
     assert batch(explicit)["completion_mask"][0].sum().item() <= trl_default
-    online = EchoGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    online = EchoGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        per_device_train_batch_size=2,
+        num_generations=2,
+    )
     assert online.max_completion_length is None
-    check_settings(online, None, offline=False, online=True)
+    tok = tiny_tokenizer("qwen3")
+    prompts, rollout = prompt_dataset(), fixed_rollout(tok)
+    zero = [lambda completions, **kw: [0.0] * len(completions)]
+    EchoGRPOTrainer(tiny_model(), zero, online, prompts, processing_class=tok, rollout_func=rollout)
     assert online.max_completion_length == trl_default  # online generation keeps TRL's bound
     dr = EchoGRPOConfig(
         output_dir=str(tmp_path),
@@ -778,15 +788,15 @@ def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(t
 
     trainer = make_trainer(tmp_path, world_model_coeff=0.05, shuffle_dataset=False)
     row, col = batch(trainer)["env_output_mask"].nonzero()[0].tolist()  # unshuffled: training sees this batch
-    forward = EchoGRPOTrainer._get_per_token_logps_and_entropies  # the shared-prefix forward (prefix_sharing)
+    forward = trl_compat.shared_forward  # the loss forward of this trainer (prefix_sharing)
 
-    def with_nan(self, *args, **kwargs):
-        logps, *rest = forward(self, *args, **kwargs)
+    def with_nan(*args, **kwargs):
+        logps, *rest = forward(*args, **kwargs)
         logps = logps.clone()
         logps[row, col] = float("nan")
         return logps, *rest
 
-    monkeypatch.setattr(EchoGRPOTrainer, "_get_per_token_logps_and_entropies", with_nan)
+    monkeypatch.setattr(trl_compat, "shared_forward", with_nan)
     before = copy.deepcopy(trainer.model.state_dict())
     with pytest.raises(
         EchoTrlError,

@@ -1,7 +1,6 @@
-"""A built dataset's card (its ``README.md``, pushed with it to the Hub), and the citations every card uses.
+"""A built dataset's card (its ``README.md``, pushed with it to the Hub).
 
-The model card (:mod:`echo_trl.train.model_card`) cites ECHO and AWM with the same :data:`ECHO_CITATION` and
-:data:`AWM_CITATION` (also the README's).
+It cites ECHO and AWM with the entries every card uses (:mod:`echo_trl.data.citations`).
 """
 
 from __future__ import annotations
@@ -9,29 +8,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from ..roles import MESSAGE_ROLES
+from .citations import AWM_CITATION, ECHO_CITATION
 
 __all__ = ["dataset_card"]
-
-ECHO_CITATION = """@article{echo2026,
-    title   = {{ECHO: Environment Cross-entropy Hybrid Objective}},
-    journal = {arXiv preprint arXiv:2605.24517},
-    year    = 2026,
-}"""
-
-#: ECHO's paper, in the shape of TRL's ``_paper`` (the template's "introduced in" line and citation).
-ECHO_PAPER = {
-    "title": "ECHO: Environment Cross-entropy Hybrid Objective",
-    "id": "2605.24517",
-    "citation": ECHO_CITATION,
-}
-
-AWM_CITATION = """@article{wang2026agentworldmodelinfinity,
-    title   = {{Agent World Model: Infinity Synthetic Environments for Agentic Reinforcement Learning}},
-    author  = {Zhaoyang Wang and Canwen Xu and Boyi Liu and Yite Wang and Siwei Han and Zhewei Yao and Huaxiu Yao
-               and Yuxiong He},
-    journal = {arXiv preprint arXiv:2602.10090},
-    year    = 2026,
-}"""
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -7,8 +7,8 @@ would then keep serving the old text. :func:`dataset_content_key` adds the SHA-2
 file the dataset reads, so an edited file always gives a new key.
 
 Hashing is a full read of the data, so each file's digest is remembered in a small record under
-:func:`cache_home` (``digests/``), keyed by the file's path, size, ``mtime_ns``, ``ctime_ns``, inode
-and device: a later run re-reads a file only when one of those changed. ``ctime`` changes on every
+:func:`~echo_trl.data.cache_dir.cache_home` (``digests/``), keyed by the file's path, size, ``mtime_ns``,
+``ctime_ns``, inode and device: a later run re-reads a file only when one of those changed. ``ctime`` changes on every
 write and cannot be set back (``touch`` restores ``mtime`` only), and a file modified within
 :data:`RACY_SECONDS` of being hashed is not remembered (a second write in the same timestamp tick
 would keep every stat field; git's "racy" rule).
@@ -25,18 +25,14 @@ from pathlib import Path
 import datasets
 
 from ..io.atomic import write_file
+from .cache_dir import cache_home
 
-__all__ = ["cache_home", "file_digest", "dataset_content_key", "with_content_fingerprint"]
+__all__ = ["file_digest", "dataset_content_key", "with_content_fingerprint"]
 
 #: Bumped when the digest records change meaning.
 DIGEST_VERSION = 1
 #: A file modified this recently when hashed is hashed again next time (timestamps are coarser than writes).
 RACY_SECONDS = 2.0
-
-
-def cache_home() -> Path:
-    """echo_trl's cache directory: ``$ECHO_TRL_CACHE``, default ``~/.cache/echo_trl``."""
-    return Path(os.environ.get("ECHO_TRL_CACHE", Path.home() / ".cache" / "echo_trl"))
 
 
 def _stat_key(path: str) -> list:

@@ -227,8 +227,8 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from ..data.build import build_awm_dataset
+    from ..data.cache_dir import cache_home
     from ..progress import quiet_libraries
-    from ..tokens.cache import cache_home
     from .warmup import WarmupSettings, warm_up_tiny_model
 
     quiet_libraries(progress_bars=True, user_warnings=True)

@@ -144,11 +144,13 @@ def _grpo(start: Path, train, args, out: Path) -> None:
 def _held_out(path: Path, held, args) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..train.role_eval import evaluate_role_ce
+    from ..train.world_eval import evaluate_world_model
 
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return evaluate_role_ce(model, tokenizer, held, max_completion_length=args.max_completion_length)
+    return evaluate_world_model(
+        model, tokenizer, held, max_completion_length=args.max_completion_length, show_progress=False
+    )
 
 
 def _episodes(args):
@@ -169,8 +171,8 @@ def _episodes(args):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.cache_dir import cache_home
     from ..progress import quiet_libraries
-    from ..tokens.cache import cache_home
     from .warmup import WarmupSettings, warm_up_tiny_model
 
     quiet_libraries(progress_bars=True, user_warnings=True)

@@ -15,7 +15,9 @@ beside the final file, then renamed; a full disk is one line naming the file and
 
 The columns hold the *whole* trajectory; cuts (``max_completion_length``) and world-loss targets
 are applied later on these tokens (:func:`row_tokens` then ``RoleTokens.truncate``), so one cache
-serves every setting.
+serves every setting. Beside the tokens each row keeps its rollout quality (:data:`QUALITY`,
+:func:`~echo_trl.tokens.quality.rollout_quality`, which depends on the row alone), so no batch decodes a
+cached row back into messages to recompute it.
 """
 
 from __future__ import annotations
@@ -32,24 +34,30 @@ import datasets
 import numpy as np
 from datasets import Features, List, Value
 
-from ..data.content import cache_home, dataset_content_key
+from ..data.cache_dir import cache_home
+from ..data.content import dataset_content_key
+from ..data.schema import row_to_trajectory
 from ..io.atomic import staging_dir
 from ..io.outputs import disk_full_error, is_disk_full
+from .quality import QUALITY_KEYS, rollout_quality, with_dataset_columns
 from .tokenization import RoleTokens, tokenize_rows
 
-__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache", "cache_home"]
+__all__ = ["tokenize_dataset", "row_tokens", "tokenizer_fingerprint", "map_to_cache"]
 
 #: Bumped whenever the meaning of the cached columns changes (roles, spans), so stale caches are not reused.
-LAYOUT_VERSION = "3"
+LAYOUT_VERSION = "4"
 
 IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS = "echo_input_ids", "echo_roles", "echo_prompt_length", "echo_message_ends"
+#: The row's rollout quality (:data:`~echo_trl.tokens.quality.QUALITY_KEYS`, derived from its messages).
+QUALITY = "echo_quality"
 #: The columns :func:`tokenize_dataset` adds.
-TOKEN_COLUMNS = (IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS)
+TOKEN_COLUMNS = (IDS, ROLES, PROMPT_LENGTH, MESSAGE_ENDS, QUALITY)
 TOKEN_FEATURES = {
     IDS: List(Value("int32")),
     ROLES: List(Value("int8")),
     PROMPT_LENGTH: Value("int32"),
     MESSAGE_ENDS: List(Value("int32")),
+    QUALITY: {key: Value("float64") for key in QUALITY_KEYS},
 }
 
 
@@ -87,11 +95,13 @@ def _tokenize_rows(batch: dict[str, list], indices: list[int], tokenizer) -> dic
     tokens = tokenize_rows(
         tokenizer, rows, indices, label=lambda index, row: f"row {index} (group_id {row.get('group_id')!r})"
     )
+    trajectories = [row_to_trajectory(row) for row in rows]  # valid: tokenize_rows named any that is not
     return {
         IDS: [t.input_ids for t in tokens],
         ROLES: [t.roles.tolist() for t in tokens],
         PROMPT_LENGTH: [t.prompt_length for t in tokens],
         MESSAGE_ENDS: [[end for _, end in t.message_token_spans] for t in tokens],
+        QUALITY: [rollout_quality(t.completion, t.tools, t.warnings) for t in trajectories],
     }
 
 
@@ -182,6 +192,12 @@ def map_progress(show: bool | None) -> Iterator[None]:
 def has_tokens(row: dict[str, Any]) -> bool:
     """Whether a row carries the columns of :func:`tokenize_dataset`."""
     return all(row.get(c) is not None for c in TOKEN_COLUMNS)
+
+
+def row_quality(row: dict[str, Any]) -> dict[str, float]:
+    """The rollout quality of a row with :func:`tokenize_dataset`'s columns: the cached values, where the dataset
+    carries no columns of :data:`~echo_trl.tokens.quality.QUALITY_KEYS` of its own (those override them)."""
+    return with_dataset_columns(dict(row[QUALITY]), row)
 
 
 def row_tokens(row: dict[str, Any]) -> RoleTokens:

@@ -24,8 +24,6 @@ Every role is then checked independently of this derivation by :mod:`echo_trl.to
 from __future__ import annotations
 
 import json
-import re
-import secrets
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,17 +44,10 @@ from .template_info import (
     escaped,
     render,
 )
+from .tool_content import content_form, content_starts, probe_format, probe_positions, splice
 
 #: How warnings are appended to a tool message's rendered text (never into its stored content).
 WARNING_SEPARATOR = "\n\n"
-
-
-def probe_format(*data: str) -> str:
-    """A placeholder format (``.format(i)``) for locating rendered text: random, and absent from ``data``."""
-    while True:
-        tag = f"echoprobe{secrets.token_hex(8)}"
-        if not any(tag in d for d in data):
-            return tag + "_{}_"
 
 
 @dataclass
@@ -140,7 +131,7 @@ class Occurrences:
 
 
 # --------------------------------------------------------------------------------------------
-# Tool content: render once, know where each tool message's text landed
+# Tool content: render once, know where each tool message's text landed (found by tokens/tool_content.py)
 
 
 def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
@@ -149,23 +140,6 @@ def _tool_pieces(content: str, warnings: list[str]) -> list[tuple[int, str]]:
     for w in warnings:
         pieces += [(Role.CONTEXT.code, WARNING_SEPARATOR), (Role.WARNING.code, w)]
     return pieces
-
-
-def _form(text: str, mode: str) -> str:
-    """``text`` as the template renders it under ``mode``."""
-    return escaped(text) if mode == "escaped" else text.strip() if mode == "stripped" else text
-
-
-def _splice(probe_text: str, probe: str, contents: dict[int, str], mode: str) -> str:
-    """The probe render with each probe replaced by its tool content as the template renders it."""
-    out, last = [], 0
-    for i in sorted(contents):
-        probe_i = probe.format(i)
-        at = probe_text.find(probe_i, last)
-        out += [probe_text[last:at], _form(contents[i], mode)]
-        last = at + len(probe_i)
-    out.append(probe_text[last:])
-    return "".join(out)
 
 
 def _render_tools(
@@ -181,57 +155,15 @@ def _render_tools(
         ]
 
     probe_text = render(tokenizer, with_content(probe.format), tools)
-    at = _probe_positions(probe_text, probe, contents)
+    at = probe_positions(probe_text, probe, contents)
     state = tokenizer_state(tokenizer)
     key = bool(tools)
     if info.tool_content and state.splice_ok.get(key):
-        return _splice(probe_text, probe, contents, info.tool_content), probe_text, at
+        return splice(probe_text, probe, contents, info.tool_content), probe_text, at
     text = render(tokenizer, with_content(contents.__getitem__), tools)
     if info.tool_content and key not in state.splice_ok:
-        state.splice_ok[key] = _splice(probe_text, probe, contents, info.tool_content) == text
+        state.splice_ok[key] = splice(probe_text, probe, contents, info.tool_content) == text
     return text, probe_text, at
-
-
-_DIGITS = re.compile(r"(\d+)_")
-
-
-def _probe_positions(probe_text: str, probe: str, contents: dict[int, str]) -> dict[int, int]:
-    """Where ``probe.format(i)`` is in ``probe_text`` for each tool message ``i``, found in one pass (a search
-    from the start per message was quadratic); an error unless each occurs exactly once."""
-    head = probe[: probe.index("{}")]  # the random tag and "_": then the index and "_"
-    found: dict[str, list[int]] = {}
-    for at in Occurrences(probe_text).all(head):
-        m = _DIGITS.match(probe_text, at + len(head))
-        if m:
-            found.setdefault(m.group(1), []).append(at)
-    positions = {i: found.get(str(i), []) for i in contents}
-    if any(len(at) != 1 for at in positions.values()):
-        raise TemplateError("chat template does not render each tool message's content exactly once")
-    return {i: at[0] for i, at in positions.items()}
-
-
-def _content_starts(
-    info: TemplateInfo, text: str, probe_text: str, probe: str, probe_at: dict[int, int], contents: dict[int, str]
-) -> dict[int, tuple[int, str]]:
-    """Where each tool message's text starts in ``text``, and the form the template gave it."""
-    starts: dict[int, tuple[int, str]] = {}
-    shift = 0
-    for i in sorted(contents):
-        pos = probe_at[i] + shift
-        full = contents[i]
-        # A prefix test alone is ambiguous ("\\" is a prefix of its own escaped form "\\\\"): trust the
-        # template's known mode, else prefer the escaped form when it differs, then verbatim, then stripped.
-        modes = [info.tool_content] if info.tool_content else ["escaped", "verbatim", "stripped"]
-        matches = [mode for mode in modes if text.startswith(_form(full, mode), pos)]
-        if not matches:
-            raise TemplateError(
-                f"chat template alters the text of tool message {i} (neither verbatim, JSON-escaped nor stripped)"
-            )
-        starts[i] = (pos, matches[0])
-        shift += len(_form(full, matches[0])) - len(probe.format(i))
-    if len(probe_text) + shift != len(text):
-        raise TemplateError("chat template renders tool output in a content-dependent way; cannot align roles")
-    return starts
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,7 +298,7 @@ def _mark_tool(roles: np.ndarray, pieces: list[tuple[int, str]], start: tuple[in
             offset += len(piece)
         return pos + kept
     for code, piece in pieces:
-        n = len(_form(piece, mode))
+        n = len(content_form(piece, mode))
         roles[pos : pos + n] = code
         pos += n
     return pos
@@ -401,7 +333,7 @@ def layout(tokenizer, trajectory: Trajectory) -> Layout:
     if pieces:
         probe = probe_format(data)
         text, probe_text, probe_at = _render_tools(tokenizer, info, messages, n_prompt, tools, contents, probe)
-        starts = _content_starts(info, text, probe_text, probe, probe_at, contents)
+        starts = content_starts(info, text, probe_text, probe, probe_at, contents)
     else:
         text, starts = render(tokenizer, messages, tools), {}
     result = Layout(text, np.zeros(len(text), dtype=np.int8), len(text), [], 0, prompt=prompt, completion=completion)

@@ -46,3 +46,34 @@ class CompletionMasks:
     def scored(self) -> torch.Tensor:
         """The tokens whose log-probs the world term or its metrics read."""
         return self.world | self.env_output | self.warning
+
+
+@dataclass
+class GeneratedRollouts:
+    """What TRL's ``_generate`` returned that the masks need (unpadded, one entry per completion)."""
+
+    completion_ids: list[list[int]]
+    tool_mask: list[list[int]] | None  # TRL's tool loop / a rollout_func's env_mask: 1 = model token
+    completions: list[Any]  # the completion messages (a list) or text
+    extra_fields: dict[str, Any]  # a rollout_func's extra fields (``env_output_mask``, ``warning_mask``)
+
+
+@dataclass
+class LossForward:
+    """The loss forward of one ``_compute_loss``: set up by the trainer before TRL's loss runs, filled by its
+    ``_get_per_token_logps_and_entropies`` override at the first call inside it (the one forward TRL 1.16's
+    ``_compute_loss`` runs), and read by the world term, which reuses its log-probs (no second forward)."""
+
+    inputs: dict[str, Any]  # the micro-batch TRL's loss reads (a copy: its old log-probs may be filled in)
+    wants_hidden: bool = False  # also record the backbone's last hidden states (the world term re-projects them)
+    logps: torch.Tensor | None = None  # per completion token, with grad
+    hidden: torch.Tensor | None = None
+
+
+def fill_unrecorded_old_logps(inputs: dict[str, Any], logps: torch.Tensor) -> None:
+    """Where ``inputs["old_per_token_logps"]`` is NaN (rows recorded without behaviour log-probs, with no
+    starting-model ones either: ``behavior_policy="current"``), put ``logps`` detached: importance ratio 1, as
+    TRL does for a whole on-policy batch. ``inputs`` is changed in place (pass a copy of TRL's batch)."""
+    old = inputs.get("old_per_token_logps")
+    if old is not None and torch.isnan(old).any():
+        inputs["old_per_token_logps"] = torch.where(torch.isnan(old), logps.detach(), old)

@@ -9,13 +9,18 @@ came from the model being trained (``echo-trl capture --policy model:``, or a te
 its starting checkpoint), the behaviour policy is known: the model at the start of training
 (``behavior_policy="initial"``).
 
-:func:`add_initial_logprobs` computes those log-probs once per run, at trainer init: one no-gradient
+In code these are the *starting-model log-probs*, ``starting_logps`` throughout; on disk they keep the config's
+word (the column :data:`~echo_trl.train.collator.STARTING_LOGPS` is ``echo_initial_logprobs``, the checkpoint file
+:data:`CHECKPOINT_FILE` is ``echo_initial_logprobs.pt``), so caches, saved datasets and checkpoints written by
+earlier versions stay readable.
+
+:func:`with_starting_logps` computes them once per run, at trainer init: one no-gradient
 forward per trajectory of the starting model (in eval mode, under the trainer's autocast, at TRL's
 ``temperature``, with prefix sharing when it is on), at the action tokens the collator keeps, for
-every row whose ``behavior_logprobs`` is null. They are stored as the column
-:data:`INITIAL_LOGPS` and cached the ``datasets`` way, fingerprinted by the tokenized dataset, the
-starting model's weights and every setting that decides the numbers (the dataset by the content of its
-Arrow files, :func:`~echo_trl.data.content.dataset_content_key`): a later run (and a resumed
+every row whose ``behavior_logprobs`` is null. They are stored as a column and cached the ``datasets``
+way, fingerprinted by the tokenized dataset, the starting model's weights and every setting that decides the
+numbers (the dataset by the content of its Arrow files, :func:`~echo_trl.data.content.dataset_content_key`):
+a later run (and a resumed
 one: trainers are built from the starting model, checkpoints are loaded later, in ``train()``)
 loads them instead of forwarding again. Rows that carry ``behavior_logprobs`` keep them.
 
@@ -38,6 +43,7 @@ import hashlib
 import json
 import logging
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,12 +56,12 @@ from ..prefix.order import prefix_grouped_order
 from ..progress import progress
 from ..tokens.cache import cache_file_for, map_progress, map_to_cache
 from . import trl_compat
-from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .collator import STARTING_LOGPS, CollatorSettings, collate_features, trajectory_features
 from .engines import local_shard, release_gathered
 from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
 
-__all__ = ["CHECKPOINT_FILE", "TRAIN_INDEX", "StartingLogps", "add_initial_logprobs", "model_fingerprint"]
+__all__ = ["CHECKPOINT_FILE", "TRAIN_INDEX", "StartingLogps", "with_starting_logps", "model_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +69,7 @@ logger = logging.getLogger(__name__)
 VERSION = "1"
 #: Row number of each train trajectory, by which a column computed after the dataloader was built is found.
 TRAIN_INDEX = "echo_train_index"
-#: The starting-model column in a checkpoint (sharded runs: what a resumed run uses).
+#: The starting-model column in a checkpoint (sharded runs: what a resumed run uses); the name of the first release.
 CHECKPOINT_FILE = "echo_initial_logprobs.pt"
 
 
@@ -131,7 +137,7 @@ def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]
     return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
 
 
-def starting_logprobs(
+def starting_logps(
     trainer, dataset, indices: list[int], settings: CollatorSettings, *, share: bool, sharded: bool = False
 ) -> dict[int, list[float]]:
     """The starting model's log-probs at the kept action tokens of rows ``indices`` of ``dataset``.
@@ -155,7 +161,7 @@ def starting_logprobs(
         for chunk, kept in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
             features = [trajectory_features(tokenizer, dataset[i], settings) for i in chunk]
             batch = collate_features(features, tokenizer.pad_token_id)
-            logps = trl_compat.starting_policy_logps(trainer, batch, share=share)
+            logps = trl_compat.no_grad_logps(trainer, batch, share=share)
             for row, f, values in zip(chunk, features, logps.float().cpu(), strict=True):
                 action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
                 if kept:
@@ -169,19 +175,22 @@ def starting_logprobs(
     return dict(found)
 
 
-def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) -> StartingLogps:
-    """At trainer init (after the token cache, before any update): an offline ``trainer.train_dataset`` with
-    :data:`INITIAL_LOGPS` when it trains a policy with ``behavior_policy="initial"`` and some row recorded no
-    log-probs; computed once per (dataset, starting model, settings) and cached. Under ZeRO-3 / FSDP the
-    column is deferred to the first training batch: the returned :class:`StartingLogps` fills it in."""
-    dataset, args = trainer.train_dataset, trainer.args
+def with_starting_logps(
+    trainer, dataset, settings: CollatorSettings, *, share: bool
+) -> tuple[Dataset | Any, StartingLogps]:
+    """At trainer init (on the token-cached train dataset, before any update): ``(dataset, deferred)``, the dataset
+    with :data:`STARTING_LOGPS` when the run trains a policy with ``behavior_policy="initial"`` and some row recorded
+    no log-probs; computed once per (dataset, starting model, settings) and cached. Under ZeRO-3 / FSDP the column
+    is deferred to the first training batch: the dataset gets :data:`TRAIN_INDEX` instead and ``deferred`` fills
+    each batch in (otherwise ``deferred`` does nothing). Any other dataset comes back as it is."""
+    args = trainer.args
     if not is_trajectory_dataset(dataset):
-        return StartingLogps()  # online: TRL's own old log-probs
-    if INITIAL_LOGPS in dataset.column_names:  # another run's (a saved trainer dataset): never trusted, recomputed
-        dataset = trainer.train_dataset = dataset.remove_columns(INITIAL_LOGPS)
+        return dataset, StartingLogps()  # online: TRL's own old log-probs
+    if STARTING_LOGPS in dataset.column_names:  # another run's (a saved trainer dataset): never trusted, recomputed
+        dataset = dataset.remove_columns(STARTING_LOGPS)
     todo = unrecorded_rows(dataset) if args.use_policy_loss else []
     if not todo:
-        return StartingLogps()
+        return dataset, StartingLogps()
     if args.behavior_policy == "current":
         logger.warning(
             "offline ECHO: %d of %d trajectories carry no behavior_logprobs and behavior_policy='current': "
@@ -189,28 +198,27 @@ def add_initial_logprobs(trainer, settings: CollatorSettings, *, share: bool) ->
             len(todo),
             len(dataset),
         )
-        return StartingLogps()
+        return dataset, StartingLogps()
     if weights_are_sharded(trainer):  # no forward possible before the engine wraps the model: at the first batch
         if TRAIN_INDEX in dataset.column_names:
             dataset = dataset.remove_columns(TRAIN_INDEX)
-        trainer.train_dataset = dataset.add_column(TRAIN_INDEX, list(range(len(dataset))))
-        return StartingLogps(todo=todo, settings=settings, share=share)
+        dataset = dataset.add_column(TRAIN_INDEX, list(range(len(dataset))))
+        return dataset, StartingLogps(dataset, todo=todo, settings=settings, share=share)
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
-    compute = functools.cache(lambda: starting_logprobs(trainer, dataset, todo, settings, share=share))
-    trainer.train_dataset = _with_column(trainer, dataset, fingerprint, compute)
-    return StartingLogps()
+    compute = functools.cache(lambda: starting_logps(trainer, dataset, todo, settings, share=share))
+    return _with_column(trainer, dataset, fingerprint, compute), StartingLogps()
 
 
 def _with_column(trainer, dataset: Dataset, fingerprint: str, compute) -> Dataset:
-    """``dataset`` with :data:`INITIAL_LOGPS` from ``compute()`` (row -> values), or from the ``datasets`` cache
+    """``dataset`` with :data:`STARTING_LOGPS` from ``compute()`` (row -> values), or from the ``datasets`` cache
     file of ``fingerprint`` when every process has it (``compute`` is collective)."""
 
     def column(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         values = compute()  # not called when the cache file exists: datasets loads it instead
-        return {INITIAL_LOGPS: [values.get(i) for i in indices]}
+        return {STARTING_LOGPS: [values.get(i) for i in indices]}
 
     cache_file = cache_file_for(dataset, "echo-initial-logps", fingerprint)
-    features = Features({**dataset.features, INITIAL_LOGPS: List(Value("float32"))})
+    features = Features({**dataset.features, STARTING_LOGPS: List(Value("float32"))})
     accelerator = trainer.accelerator
     if accelerator.num_processes > 1:  # the gather needs every process: compute unless all of them have the cache
         cached = torch.tensor([cache_file is not None and os.path.exists(cache_file)], device=accelerator.device)
@@ -234,14 +242,20 @@ class StartingLogps:
     """The starting model's column where it could not be computed at init (ZeRO-3, FSDP): computed inside the
     prepared model at the first training batch, added to each batch's rows by :data:`TRAIN_INDEX`, saved with
     every checkpoint and taken from it on resume. Without ``todo`` (the column is in the dataset, or not needed)
-    every method is a no-op."""
+    every method is a no-op. ``dataset``: the train dataset the trainer iterates (with :data:`TRAIN_INDEX`)."""
 
-    def __init__(self, todo: list[int] | None = None, settings: CollatorSettings | None = None, share: bool = False):
-        self.todo, self.settings, self.share = todo or [], settings, share
+    def __init__(
+        self,
+        dataset: Dataset | None = None,
+        todo: list[int] | None = None,
+        settings: CollatorSettings | None = None,
+        share: bool = False,
+    ):
+        self.dataset, self.todo, self.settings, self.share = dataset, todo or [], settings, share
         self.values: dict[int, list[float]] | None = None
 
     def rows(self, trainer, rows: list[dict]) -> list[dict]:
-        """``rows`` of a training batch with their :data:`INITIAL_LOGPS` (computed at the first such batch: all
+        """``rows`` of a training batch with their :data:`STARTING_LOGPS` (computed at the first such batch: all
         processes reach it together)."""
         if not self.todo or not rows or TRAIN_INDEX not in rows[0]:
             return rows
@@ -254,15 +268,15 @@ class StartingLogps:
                     "or set behavior_policy='current'"
                 )
             self.values = self._compute(trainer)
-        return [{**row, INITIAL_LOGPS: self.values.get(row[TRAIN_INDEX])} for row in rows]
+        return [{**row, STARTING_LOGPS: self.values.get(row[TRAIN_INDEX])} for row in rows]
 
     def _compute(self, trainer) -> dict[int, list[float]]:
-        dataset = trainer.train_dataset
+        dataset = self.dataset
         fingerprint = _settings_fingerprint(trainer, self.settings, dataset, sharded_fingerprint(trainer))
         compute = functools.cache(
-            lambda: starting_logprobs(trainer, dataset, self.todo, self.settings, share=self.share, sharded=True)
+            lambda: starting_logps(trainer, dataset, self.todo, self.settings, share=self.share, sharded=True)
         )
-        column = _with_column(trainer, dataset, fingerprint, compute).select_columns(INITIAL_LOGPS)[INITIAL_LOGPS]
+        column = _with_column(trainer, dataset, fingerprint, compute).select_columns(STARTING_LOGPS)[STARTING_LOGPS]
         return {i: column[i] for i in self.todo}
 
     def save(self, trainer, checkpoint: str) -> None:

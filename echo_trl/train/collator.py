@@ -10,7 +10,7 @@ are split at ``prompt_length`` into TRL's ``prompt_ids`` (left-padded) and ``com
 * ``env_output_mask`` / ``warning_mask`` = the ECHO roles,
   ``world_mask`` = :func:`echo_trl.tokens.world_mask.world_mask`;
 * ``old_per_token_logps`` = the recorded ``behavior_logprobs`` at the action positions, else the
-  starting model's (:data:`INITIAL_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
+  starting model's (:data:`STARTING_LOGPS`, ``behavior_policy="initial"``: :mod:`echo_trl.train.behavior`),
   else NaN (``"current"``: the trainer fills in the policy's own, importance ratio 1).
 
 Everything here is pure (a tokenizer and Python/torch values; no trainer, no model).
@@ -27,14 +27,15 @@ import torch
 
 from ..data.schema import row_to_trajectory
 from ..errors import DatasetSchemaError
-from ..roles import Role, Trajectory
-from ..tokens.cache import has_tokens, row_tokens
+from ..roles import Role, Trajectory, default_group_id
+from ..tokens.cache import has_tokens, row_quality, row_tokens
+from ..tokens.quality import passes_filters, rollout_quality, with_dataset_columns
 from ..tokens.tokenization import tokenize_with_roles
 from ..tokens.world_mask import world_mask
-from .quality import QUALITY_KEYS, passes_filters, rollout_quality
 
-#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`).
-INITIAL_LOGPS = "echo_initial_logprobs"
+#: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`); the
+#: column keeps the name of the config value (``behavior_policy="initial"``) it had from the first release.
+STARTING_LOGPS = "echo_initial_logprobs"
 
 
 @dataclass(frozen=True)
@@ -78,22 +79,20 @@ class TrajectoryFeatures:
 
 def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: CollatorSettings) -> TrajectoryFeatures:
     """Tokens and masks of one trajectory, split into prompt and completion."""
-    trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
-    if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.tokens.cache): no rendering here
-        full = row_tokens(row)
+    if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.tokens.cache): no rendering, no decoding
+        full, quality = row_tokens(row), row_quality(row)
+        group_id, recorded = _group_id(row), row.get("behavior_logprobs")
     else:
+        trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
         full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
+        quality = rollout_quality(trajectory.completion, trajectory.tools, trajectory.warnings)
+        quality = with_dataset_columns(quality, row) if isinstance(row, dict) else quality
+        group_id, recorded = trajectory.group_id, trajectory.behavior_logprobs
     limit = settings.max_completion_length
     ends = [n for n in (None if limit is None else full.prompt_length + limit, settings.max_length) if n is not None]
     tokens = full.truncate(min(ends)) if ends else full
     p = tokens.prompt_length
     roles = tokens.roles[p:]
-
-    quality = rollout_quality(trajectory.completion, trajectory.tools, trajectory.warnings)
-    if isinstance(row, dict):
-        for key in QUALITY_KEYS:
-            if row.get(key) is not None:
-                quality[key] = float(row[key])
     passes = passes_filters(quality, settings)
     world = world_mask(roles, settings.world_loss_target, max_tokens=settings.max_world_model_tokens, passes=passes)
     action = roles == Role.ACTION.code
@@ -105,10 +104,11 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         warning_mask=(roles == Role.WARNING.code).astype(np.int64).tolist(),
         world_mask=world.astype(np.int64).tolist(),
         behavior_logps=_behavior_logps(
-            trajectory,
+            group_id,
+            recorded,
             action,
             int((full.roles == Role.ACTION.code).sum()),
-            row.get(INITIAL_LOGPS) if isinstance(row, dict) else None,
+            row.get(STARTING_LOGPS) if isinstance(row, dict) else None,
         ),
         truncated_tokens=tokens.truncated_tokens,
         quality=quality,
@@ -116,26 +116,32 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     )
 
 
+def _group_id(row: dict[str, Any]) -> str:
+    """The row's group, as :func:`~echo_trl.data.schema.row_to_trajectory` reads it (for error messages)."""
+    task = row.get("task_idx")
+    return row.get("group_id") or default_group_id(row.get("scenario") or "", -1 if task is None else int(task))
+
+
 def _behavior_logps(
-    trajectory: Trajectory, action: np.ndarray, n_action_full: int, initial: list[float] | None
+    group_id: str, recorded: list[float] | None, action: np.ndarray, n_action_full: int, starting: list[float] | None
 ) -> list[float] | None:
     """The behaviour log-probs at the (kept) action positions, NaN elsewhere: the recorded ones (one per
     action token of the whole trajectory), else the starting model's (one per *kept* action token)."""
-    if trajectory.behavior_logprobs is None:
-        if initial is None:
+    if recorded is None:
+        if starting is None:
             return None
-        if len(initial) != int(action.sum()):
+        if len(starting) != int(action.sum()):
             raise DatasetSchemaError(
-                f"trajectory {trajectory.group_id!r}: {INITIAL_LOGPS} has {len(initial)} values for "
+                f"trajectory {group_id!r}: {STARTING_LOGPS} has {len(starting)} values for "
                 f"{int(action.sum())} kept action tokens (computed under other truncation settings); drop the "
                 "column and the trainer computes its own"
             )
-        values = initial
+        values = starting
     else:
-        values = list(trajectory.behavior_logprobs)
+        values = list(recorded)
         if len(values) != n_action_full:
             raise DatasetSchemaError(
-                f"trajectory {trajectory.group_id!r}: behavior_logprobs has {len(values)} values for "
+                f"trajectory {group_id!r}: behavior_logprobs has {len(values)} values for "
                 f"{n_action_full} action tokens under this tokenizer; record one log-prob per action token "
                 "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with"
             )

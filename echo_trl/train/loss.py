@@ -170,6 +170,19 @@ def world_coeff_at(
     raise ValueError(f"unknown world_model_coeff_schedule {schedule!r}")
 
 
+def world_coeff_for(args, step: int, max_steps: int | None = None) -> float:
+    """:func:`world_coeff_at` under the schedule an ``EchoGRPOConfig`` (``args``) configures."""
+    return world_coeff_at(
+        step,
+        coeff=args.world_model_coeff,
+        schedule=args.world_model_coeff_schedule,
+        end=args.world_model_coeff_end,
+        steps=args.world_model_coeff_steps,
+        values=args.world_model_coeff_values,
+        max_steps=max_steps,
+    )
+
+
 def world_totals(
     ce_logps: torch.Tensor,
     masks: CompletionMasks,

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..data.card import AWM_CITATION
+from ..data.citations import AWM_CITATION
 from ..data.hub import is_hub_id
 from .trl_compat import grpo_citation
 

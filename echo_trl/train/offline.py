@@ -12,16 +12,13 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
-from trl import GRPOConfig
 from trl.trainer.utils import RepeatSampler
 
 from ..errors import EchoTrlError
-from ..prefix.attention import enable_prefix_tree_attention
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
-from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from . import metrics, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
-from .collator import INITIAL_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .collator import STARTING_LOGPS, CollatorSettings, collate_features, trajectory_features
 from .loss import global_count
 from .sampler import ResumableRepeatSampler
 
@@ -42,11 +39,9 @@ TRAJECTORY_COLUMNS = [
     "valid_tool_call_pct",
     "parse_clean_pct",
     "correct_pct",
-    INITIAL_LOGPS,
+    STARTING_LOGPS,
     *TOKEN_COLUMNS,
 ]
-#: TRL's own default ``max_completion_length`` (read from TRL): what online generation gets when it is unset.
-TRL_MAX_COMPLETION_LENGTH: int = GRPOConfig.__dataclass_fields__["max_completion_length"].default
 #: Row number :func:`prepare_eval` gives each held-out trajectory: the key that counts each one once.
 EVAL_INDEX_COLUMN = "echo_eval_index"
 
@@ -81,8 +76,7 @@ def is_trajectory_dataset(ds) -> bool:
 
 
 def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
-    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation);
-    an unset ``max_completion_length`` becomes TRL's default unless offline (whole recorded completions)."""
+    """Raise :class:`EchoTrlError` for settings ECHO cannot train with (offline ones need no generation)."""
     if offline and online:
         raise EchoTrlError(
             "train_dataset holds recorded trajectories (a 'completion' column) but tools / rollout_func / "
@@ -108,8 +102,6 @@ def check_settings(args, train_dataset, *, offline: bool, online: bool) -> None:
             f"train_dataset has {len(train_dataset)} trajectories, fewer than one generation batch "
             f"({args.generation_batch_size} = per_device_train_batch_size x processes x steps_per_generation)"
         )
-    if args.max_completion_length is None and not offline:
-        args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound
     if args.max_completion_length is None and args.loss_type == "dr_grpo":
         raise EchoTrlError(
             "loss_type='dr_grpo' divides by max_completion_length: set it (offline it is unset by "
@@ -130,7 +122,7 @@ def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
     if eval_dataset is None or not is_trajectory_dataset(eval_dataset):
         return eval_dataset
     ds = with_advantages(eval_dataset, scale_rewards, "eval_dataset")
-    ds = ds.remove_columns([c for c in (EVAL_INDEX_COLUMN, INITIAL_LOGPS) if c in ds.column_names])
+    ds = ds.remove_columns([c for c in (EVAL_INDEX_COLUMN, STARTING_LOGPS) if c in ds.column_names])
     ds = ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
     return ds if tokenizer is None else with_tokens(ds, tokenizer)
 
@@ -156,27 +148,6 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
     if scenarios is not None and any(s is None for s in scenarios):
         scenarios = None
     return groups, scenarios
-
-
-def tokenize_and_share(trainer, *, share: bool) -> None:
-    """At trainer init (after TRL's): tokenize the train and eval trajectories once with the trainer's tokenizer
-    (the columns survive TRL's column removal: :data:`TRAJECTORY_COLUMNS`; online, only the eval trajectories),
-    and switch the model(s) to prefix-tree attention when ``share`` (after TRL's ``__init__``, which installed the
-    fused LM head the shared-prefix forward scores with; without a tree the attention is plain SDPA)."""
-    tokenizer = trl_compat.tokenizer(trainer)
-    limit = getattr(trainer.args, "max_rendered_chars", DEFAULT_MAX_RENDERED_CHARS)
-    set_max_rendered_chars(tokenizer, limit)  # every later tokenization with this tokenizer obeys it
-    trainer.train_dataset = with_tokens(trainer.train_dataset, tokenizer)
-    trainer.eval_dataset = with_tokens(trainer.eval_dataset, tokenizer)
-    limit = trainer.args.max_completion_length
-    check_completion_room(trainer.train_dataset, limit, "train_dataset")
-    evals = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
-    for key, ds in evals.items():
-        check_completion_room(ds, limit, f"eval_dataset{f'[{key!r}]' if key else ''}")
-    if share:
-        for model in (trainer.model, trainer.ref_model):
-            if model is not None:
-                enable_prefix_tree_attention(model)
 
 
 def train_sampler(dataset, args, num_iterations: int, shuffle: bool, *, grouped: bool) -> ResumableRepeatSampler:

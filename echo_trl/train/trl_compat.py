@@ -11,9 +11,10 @@ of what this module relies on. When TRL changes, this module (and the overridden
   (:func:`grpo_citation`); ``SFTTrainer`` has the same ``_tokenizer``, ``_metrics`` and ``_signature_columns``
   (TRL 1.16), which ``sft_trainer.py`` reads through the same functions;
 * ``_generate``'s 8-tuple (:func:`generated_rollouts`);
-* ``_get_per_token_logps_and_entropies``: the loss forward ECHO reuses (:func:`capture_loss_forward`,
-  :func:`run_loss_forward`, :func:`policy_logps`, :func:`starting_policy_logps`), and the result the
-  shared-prefix forward stands in for (:func:`shared_forward`);
+* ``_get_per_token_logps_and_entropies``: the forward whose log-probs ECHO computes or reuses
+  (:func:`run_loss_forward`, :func:`policy_logps`, :func:`no_grad_logps`; ``trainer.py`` overrides it to record
+  the loss forward of ``_compute_loss``), and the result the shared-prefix forward stands in for
+  (:func:`shared_forward`);
 * ``_get_tool_suffix_ids``: how the tool loop renders the tokens after a tool call (a dummy
   user/assistant conversation, the tool messages, the next generation prompt; sliced after the
   assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
@@ -22,15 +23,13 @@ of what this module relies on. When TRL changes, this module (and the overridden
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
   ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`);
 * ``_prepare_inputs``' ``shuffle_sequence_dict`` of the generation batch before ``split_tensor_dict``
-  (:func:`keep_generation_order`).
+  (:func:`keep_generation_order`, the one module global of TRL's that echo_trl swaps, inside a ``with`` block at
+  its call site in ``trainer.py``).
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +39,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
 from ..prefix.attention import shared_logps
-from .batch import forward_inputs
-from .model import capture_hidden_states
-from .online_masks import GeneratedRollouts
+from .batch import GeneratedRollouts, forward_inputs
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -134,10 +131,11 @@ def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batc
     return logps
 
 
-def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tensor:
+def no_grad_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tensor:
     """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
     temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
-    without logging metrics: the behaviour policy's of :mod:`echo_trl.train.behavior`, at trainer init."""
+    without logging metrics (TRL's own method, not the trainer's override): the starting-model log-probs of
+    :mod:`echo_trl.train.behavior`, at trainer init."""
     model, args = trainer.model, trainer.args
     input_ids, attention_mask, logits_to_keep = (
         t.to(trainer.accelerator.device) if torch.is_tensor(t) else t for t in forward_inputs(batch)
@@ -152,56 +150,8 @@ def starting_policy_logps(trainer, batch: dict[str, Any], *, share: bool) -> tor
         )[0]
 
 
-@dataclass
-class LossForward:
-    """What :func:`capture_loss_forward` recorded of TRL's loss forward."""
-
-    logps: torch.Tensor | None = None  # per completion token, with grad
-    hidden: torch.Tensor | None = None  # the backbone's last hidden states (when asked for)
-
-
-@contextmanager
-def capture_loss_forward(trainer, inputs: dict[str, Any], *, hidden_states: bool = False) -> Iterator[LossForward]:
-    """Record the first ``_get_per_token_logps_and_entropies`` call inside the block: the loss forward
-    TRL's ``_compute_loss`` runs once per micro-batch, whose log-probs the world term reuses (no second
-    forward). Later calls (none in TRL 1.16's ``_compute_loss``) are TRL's own, unrecorded.
-
-    Rows of ``inputs["old_per_token_logps"]`` that are NaN (trajectories recorded without behavior
-    log-probs) get this forward's own log-probs, detached, before TRL reads them: importance ratio 1,
-    as TRL does for on-policy batches. ``inputs`` is modified in place: pass a copy of TRL's batch.
-    """
-    captured = LossForward()
-    forward = trainer._get_per_token_logps_and_entropies  # the class's method (TRL's, or a test's patch)
-
-    def once(model, *args, **kwargs):
-        del trainer._get_per_token_logps_and_entropies  # the rest of the block calls TRL's own again
-        if hidden_states:  # the hidden states of TRL's padded layout: no shared-prefix forward here
-            token = _NO_SHARING.set(True)
-            try:
-                with capture_hidden_states(model) as hidden:
-                    result = forward(model, *args, **kwargs)
-            finally:
-                _NO_SHARING.reset(token)
-            captured.hidden = torch.cat(hidden, dim=0)
-        else:
-            result = forward(model, *args, **kwargs)
-        captured.logps = result[0]
-        old = inputs.get("old_per_token_logps")
-        if old is not None and torch.isnan(old).any():
-            inputs["old_per_token_logps"] = torch.where(torch.isnan(old), captured.logps.detach(), old)
-        return result
-
-    trainer._get_per_token_logps_and_entropies = once
-    try:
-        yield captured
-    finally:
-        trainer.__dict__.pop("_get_per_token_logps_and_entropies", None)
-
-
 # --------------------------------------------------------------------------------------------
 # Prefix sharing (offline): the shared-prefix forward, and a generation batch split in the sampler's order
-
-_NO_SHARING = contextvars.ContextVar("echo_no_prefix_sharing", default=False)
 
 
 def shared_forward(
@@ -218,8 +168,8 @@ def shared_forward(
     """TRL 1.16's ``_get_per_token_logps_and_entropies`` result ``(logps, entropies, None)`` from one shared-prefix
     forward of the whole micro-batch, scored through the fused LM head TRL's ``__init__`` installed (TRL's
     ``batch_size`` chunking is not needed: shared rows cost less), or ``None`` where it does not apply (MoE aux
-    loss, multimodal inputs, captured hidden states): TRL's forward then."""
-    if compute_aux_loss or _NO_SHARING.get() or any(v is not None for v in multimodal.values()):
+    loss, multimodal inputs): TRL's forward then."""
+    if compute_aux_loss or any(v is not None for v in multimodal.values()):
         return None
     with trainer.accelerator.autocast():
         r = shared_logps(

@@ -1,9 +1,14 @@
-"""Held-out environment-token cross-entropy: the paper's world-model metric (its Fig. 3).
+"""Held-out cross-entropy per role: env-output tokens (the paper's world-model metric, its Fig. 3), warnings, and
+the agent's own action tokens (the policy).
 
-Teacher-forced, in nats per env-output token, at temperature 1 (true cross-entropy): how well
-the model predicts what the environment answered, given everything before it. Independent of
-TRL and of the trainer (plain ``model(...)`` forward, the model's own LM head), so it also serves
-as the reference the trainer's ``eval_world/ce_env`` is checked against.
+Teacher-forced, in nats per token, at temperature 1 (true cross-entropy), token-weighted over all rows: how well
+the model predicts what the environment answered, and what the agent did, given everything before it. One
+evaluator for every caller: ``echo-trl eval-world-model``, the two-stage comparison (SFT, then ECHO-GRPO: what
+each stage moves), and inside ``EchoGRPOTrainer.evaluate`` (:class:`HeldOutTotals`, the same sums from the
+trainer's own forward). :func:`evaluate_world_model` is independent of TRL and of both trainers (a plain
+``model(...)`` forward, the model's own LM head, on the exact tokens of
+:func:`~echo_trl.tokens.tokenization.tokenize_with_roles`), so it also serves as the reference the trainers'
+metrics are checked against.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from .loss import WorldTotals, masked_nll
 
 __all__ = ["evaluate_world_model", "trajectory_env_nll"]
 
+#: The roles evaluated, by the name their keys carry (``env_nll``, ``ce_env`` ...).
+ROLES = {"env": Role.ENV_OUTPUT.code, "warning": Role.WARNING.code, "action": Role.ACTION.code}
+
 
 @torch.no_grad()
 def trajectory_env_nll(
@@ -34,7 +42,8 @@ def trajectory_env_nll(
     max_completion_length: int | None = None,
     device: torch.device | str | None = None,
 ) -> dict[str, float]:
-    """Summed negative log-likelihood and count of one trajectory's env-output (and warning) tokens.
+    """Summed negative log-likelihood and count of one trajectory's tokens of each of :data:`ROLES`:
+    ``{"env_nll", "env_tokens", "warning_nll", "warning_tokens", "action_nll", "action_tokens"}``.
 
     ``max_length`` cuts the whole trajectory, ``max_completion_length`` its completion, as the trainer
     does (both at a message end).
@@ -46,21 +55,20 @@ def trajectory_env_nll(
         tokens = tokens.truncate(max_length)
     ids = torch.tensor([tokens.input_ids], dtype=torch.long, device=device or model.device)
     roles = torch.as_tensor(tokens.roles, dtype=torch.long)
-    out = {"env_nll": 0.0, "env_tokens": 0, "warning_nll": 0.0, "warning_tokens": 0}
-    env_code, warning_code = Role.ENV_OUTPUT.code, Role.WARNING.code
-    targets = ((roles == env_code) | (roles == warning_code)).nonzero().flatten()
+    out: dict[str, float] = {k: v for name in ROLES for k, v in ((f"{name}_nll", 0.0), (f"{name}_tokens", 0))}
+    targets = torch.isin(roles, torch.tensor(list(ROLES.values()))).nonzero().flatten()
     targets = targets[targets > 0]  # the first token has no context to be predicted from
     if targets.numel() == 0:
         return out
-    # Only the logits that predict env/warning tokens (position t-1 predicts token t): memory stays
+    # Only the logits that predict the evaluated tokens (position t-1 predicts token t): memory stays
     # proportional to those tokens, whatever the vocabulary and sequence length.
     positions = (targets - 1).to(ids.device)
     logits = model(input_ids=ids, logits_to_keep=positions).logits[0].float()
     logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, targets.to(ids.device)].unsqueeze(-1)).squeeze(-1)
     nll = (-logps).cpu()
-    is_env = roles[targets] == env_code
-    out["env_nll"], out["env_tokens"] = float(nll[is_env].sum()), int(is_env.sum())
-    out["warning_nll"], out["warning_tokens"] = float(nll[~is_env].sum()), int((~is_env).sum())
+    for name, code in ROLES.items():
+        mask = roles[targets] == code
+        out[f"{name}_nll"], out[f"{name}_tokens"] = float(nll[mask].sum()), int(mask.sum())
     return out
 
 
@@ -73,14 +81,15 @@ def evaluate_world_model(
     max_completion_length: int | None = None,
     show_progress: bool | None = None,
 ) -> dict[str, Any]:
-    """Token-weighted held-out env CE over ``rows`` (trajectory rows), overall and per scenario.
+    """Token-weighted held-out CE over ``rows`` (trajectory rows): per role overall, and env CE per scenario.
 
     Returns ``{"ce_env", "tokens_env", "by_scenario": {scenario: {"ce_env", "tokens_env", "trajectories"}},
-    "trajectories", "ce_warning", "tokens_warning"}`` (a CE is ``None`` when there are no such tokens).
+    "trajectories", "ce_warning", "tokens_warning", "ce_action", "tokens_action"}`` (a CE is ``None`` when there
+    are no such tokens).
     """
     was_training = model.training
     model.eval()
-    totals = {"env_nll": 0.0, "env_tokens": 0, "warning_nll": 0.0, "warning_tokens": 0}
+    totals: dict[str, float] = defaultdict(float)
     scen: dict[str, dict[str, float]] = defaultdict(lambda: {"env_nll": 0.0, "env_tokens": 0, "trajectories": 0})
     n = 0
     try:
@@ -92,8 +101,8 @@ def evaluate_world_model(
                 )
             except EchoTrlError as exc:  # a row that cannot be rendered or is over the size bound: name it
                 raise type(exc)(f"row {index} (group_id {row.get('group_id')!r}): {exc}") from None
-            for k in totals:
-                totals[k] += r[k]
+            for k, v in r.items():
+                totals[k] += v
             s = scen[row.get("scenario") or ""]
             s["env_nll"] += r["env_nll"]
             s["env_tokens"] += r["env_tokens"]
@@ -102,9 +111,13 @@ def evaluate_world_model(
     finally:
         model.train(was_training)
     ce = lambda nll, k: (nll / k) if k else None  # noqa: E731
+    per_role = {}
+    for name in ROLES:
+        per_role[f"ce_{name}"] = ce(totals[f"{name}_nll"], totals[f"{name}_tokens"])
+        per_role[f"tokens_{name}"] = int(totals[f"{name}_tokens"])
     return {
-        "ce_env": ce(totals["env_nll"], totals["env_tokens"]),
-        "tokens_env": totals["env_tokens"],
+        "ce_env": per_role.pop("ce_env"),
+        "tokens_env": per_role.pop("tokens_env"),
         "by_scenario": {
             name: {
                 "ce_env": ce(v["env_nll"], v["env_tokens"]),
@@ -114,8 +127,7 @@ def evaluate_world_model(
             for name, v in sorted(scen.items())
         },
         "trajectories": n,
-        "ce_warning": ce(totals["warning_nll"], totals["warning_tokens"]),
-        "tokens_warning": totals["warning_tokens"],
+        **per_role,
     }
 
 

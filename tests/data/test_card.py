@@ -8,7 +8,8 @@ from pathlib import Path
 from helpers.episodes import openenv_episode
 
 from echo_trl.data.build import trajectories_to_dataset
-from echo_trl.data.card import ECHO_CITATION, dataset_card, plural
+from echo_trl.data.card import dataset_card, plural
+from echo_trl.data.citations import ECHO_CITATION
 from echo_trl.data.records import awm_episode_to_trajectory
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ CONFIGS = REPO / "examples" / "accelerate_configs"
 CLI = ["-m", "echo_trl.commands.cli"]
 
 #: ``sitecustomize`` for the launched processes only (``PYTHONPATH``): per rank, the starting-model log-probs
-#: :func:`echo_trl.train.behavior.starting_logprobs` returned, and at ``save_model`` the parameters, the world
+#: :func:`echo_trl.train.behavior.starting_logps` returned, and at ``save_model`` the parameters, the world
 #: size, the DeepSpeed ZeRO stage and how much of the weights this process held; when the process group is
 #: destroyed, whether the trained (DDP / DeepSpeed) model was already collected. Nothing in echo_trl changes.
 PROBE = """
@@ -30,9 +30,9 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
     from echo_trl.train.engines import local_shard
 
     _out = lambda what: os.path.join(os.environ["ECHO_TRL_TEST_PROBE_DIR"], "%s%s.pt" % (what, os.environ["RANK"]))
-    _orig, _orig_logps = _t.EchoGRPOTrainer.save_model, _b.starting_logprobs
+    _orig, _orig_logps = _t.EchoGRPOTrainer.save_model, _b.starting_logps
 
-    def starting_logprobs(trainer, *args, **kwargs):
+    def starting_logps(trainer, *args, **kwargs):
         values = _orig_logps(trainer, *args, **kwargs)
         torch.save({"values": values, "step": trainer.state.global_step}, _out("initial"))
         return values
@@ -53,7 +53,7 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
         )
         return _orig(self, *args, **kwargs)
 
-    _b.starting_logprobs = starting_logprobs
+    _b.starting_logps = starting_logps
     _t.EchoGRPOTrainer.save_model = save_model
 
     import json, weakref

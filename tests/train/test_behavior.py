@@ -25,7 +25,7 @@ from echo_trl.roles import Role
 from echo_trl.tokens.cache import IDS, ROLES
 from echo_trl.train import behavior
 from echo_trl.train.behavior import CHECKPOINT_FILE, TRAIN_INDEX, model_fingerprint
-from echo_trl.train.collator import INITIAL_LOGPS
+from echo_trl.train.collator import STARTING_LOGPS
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -35,11 +35,11 @@ def action_of(inputs) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("share, temperature", [(True, 1.0), (False, 1.0), (True, 0.7)])
-def test_initial_logprobs_are_the_starting_models_own(tmp_path, share, temperature):
+def test_starting_logps_are_the_starting_models_own(tmp_path, share, temperature):
     trainer = make_trainer(
         tmp_path / "run", dataset(4), behavior_policy="initial", prefix_sharing=share, temperature=temperature
     )
-    assert INITIAL_LOGPS in trainer.train_dataset.column_names
+    assert STARTING_LOGPS in trainer.train_dataset.column_names
     inputs = batch(trainer)
     action = action_of(inputs)
     with torch.no_grad():
@@ -90,7 +90,7 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
     trainer = make_trainer(tmp_path / "mixed", trajectories_to_dataset(rows), model=model, behavior_policy="initial")
     handle.remove()
     assert calls == [False]  # one no-grad forward: rows 2 and 3 in one micro-batch
-    column = trainer.train_dataset[INITIAL_LOGPS]
+    column = trainer.train_dataset[STARTING_LOGPS]
     assert column[0] is None and column[1] is None and len(column[2]) == n_action[2] and len(column[3]) == n_action[3]
     inputs = batch(trainer)
     action = action_of(inputs)
@@ -112,7 +112,7 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
         per_device_train_batch_size=2,
     )
     handle.remove()
-    assert calls == [] and INITIAL_LOGPS not in full.train_dataset.column_names
+    assert calls == [] and STARTING_LOGPS not in full.train_dataset.column_names
 
 
 def test_computed_once_per_dataset_weights_and_settings(tmp_path):
@@ -128,7 +128,7 @@ def test_computed_once_per_dataset_weights_and_settings(tmp_path):
         calls, handle = count_forwards(model)
         trainer = make_trainer(tmp_path / name, ds, model=model, behavior_policy="initial", **kw)
         handle.remove()
-        runs.append((len(calls), trainer.train_dataset[INITIAL_LOGPS]))
+        runs.append((len(calls), trainer.train_dataset[STARTING_LOGPS]))
     (first, a), (again, b), (other, c), (cut, d) = runs
     assert first == 1 and again == 0 and b == a  # the second run loads the cached column, same values
     assert other == 1 and c != a  # other starting weights: computed again
@@ -139,9 +139,9 @@ def test_computed_once_per_dataset_weights_and_settings(tmp_path):
 def test_recomputed_values_equal_the_cached_ones_bit_for_bit(tmp_path, monkeypatch):
     """What a resumed run on another machine (no cache) gets: the same numbers."""
     ds = dataset(4)
-    first = make_trainer(tmp_path / "a", ds, behavior_policy="initial").train_dataset[INITIAL_LOGPS]
+    first = make_trainer(tmp_path / "a", ds, behavior_policy="initial").train_dataset[STARTING_LOGPS]
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "other_cache"))
-    again = make_trainer(tmp_path / "b", ds, behavior_policy="initial").train_dataset[INITIAL_LOGPS]
+    again = make_trainer(tmp_path / "b", ds, behavior_policy="initial").train_dataset[STARTING_LOGPS]
     assert again == first
 
 
@@ -160,7 +160,7 @@ def test_sharded_weights_defer_initial_to_the_first_batch(tmp_path, monkeypatch)
     (here one process stands in for the engine, whose collective forward tests/test_deepspeed.py runs)."""
     monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
     trainer = make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial")
-    assert INITIAL_LOGPS not in trainer.train_dataset.column_names
+    assert STARTING_LOGPS not in trainer.train_dataset.column_names
     assert trainer.train_dataset[TRAIN_INDEX] == [0, 1, 2, 3]
     inputs = batch(trainer)
     action = action_of(inputs)
@@ -168,23 +168,23 @@ def test_sharded_weights_defer_initial_to_the_first_batch(tmp_path, monkeypatch)
         expected = reference_logps(trainer.model, inputs)
     torch.testing.assert_close(inputs["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)
     current = make_trainer(tmp_path / "b", dataset(4), behavior_policy="current")
-    assert INITIAL_LOGPS not in current.train_dataset.column_names and "old_per_token_logps" not in batch(current)
+    assert STARTING_LOGPS not in current.train_dataset.column_names and "old_per_token_logps" not in batch(current)
 
 
 def test_sharded_initial_travels_with_checkpoints_and_is_never_recomputed(tmp_path, monkeypatch):
     monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
     calls = []
-    compute = behavior.starting_logprobs
-    monkeypatch.setattr(behavior, "starting_logprobs", lambda *a, **kw: calls.append(1) or compute(*a, **kw))
+    compute = behavior.starting_logps
+    monkeypatch.setattr(behavior, "starting_logps", lambda *a, **kw: calls.append(1) or compute(*a, **kw))
     kw = dict(behavior_policy="initial", max_steps=2, save_strategy="steps", save_steps=1, learning_rate=5e-2)
     first = make_trainer(tmp_path / "run", dataset(4), **kw)
     first.train()
     assert len(calls) == 1  # once, at the first batch
     saved = torch.load(tmp_path / "run" / "checkpoint-1" / CHECKPOINT_FILE, weights_only=True)["values"]
-    assert saved == first._echo_initial.values and sorted(saved) == [0, 1, 2, 3]
+    assert saved == first._echo_starting_logps.values and sorted(saved) == [0, 1, 2, 3]
     resumed = make_trainer(tmp_path / "run", dataset(4), **{**kw, "max_steps": 2})
     resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
-    assert len(calls) == 1 and resumed._echo_initial.values == saved  # from the checkpoint, not trained weights
+    assert len(calls) == 1 and resumed._echo_starting_logps.values == saved  # from the checkpoint, not trained weights
     os.remove(tmp_path / "run" / "checkpoint-1" / CHECKPOINT_FILE)
     lost = make_trainer(tmp_path / "run", dataset(4), **kw)
     with pytest.raises(EchoTrlError, match="cannot be recomputed from trained weights"):
@@ -197,7 +197,7 @@ def test_verifier_free_and_online_runs_compute_nothing(tmp_path):
     calls, handle = count_forwards(model)
     trainer = make_trainer(tmp_path, dataset(4), model=model, behavior_policy="initial", use_policy_loss=False)
     handle.remove()
-    assert calls == [] and INITIAL_LOGPS not in trainer.train_dataset.column_names
+    assert calls == [] and STARTING_LOGPS not in trainer.train_dataset.column_names
 
 
 def test_config_rejects_unknown_policies(tmp_path):
@@ -209,9 +209,9 @@ def test_config_rejects_unknown_policies(tmp_path):
 def test_a_stale_column_is_never_used(tmp_path):
     """A dataset saved from another run's trainer carries the column: "current" drops it, "initial" recomputes."""
     stale = make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial").train_dataset
-    stale = stale.map(lambda row: {INITIAL_LOGPS: [v - 1.0 for v in row[INITIAL_LOGPS]]})
+    stale = stale.map(lambda row: {STARTING_LOGPS: [v - 1.0 for v in row[STARTING_LOGPS]]})
     current = make_trainer(tmp_path / "b", stale, behavior_policy="current")
-    assert INITIAL_LOGPS not in current.train_dataset.column_names
+    assert STARTING_LOGPS not in current.train_dataset.column_names
     assert "old_per_token_logps" not in batch(current)
     initial = make_trainer(tmp_path / "c", stale, behavior_policy="initial")
     inputs = batch(initial)
@@ -241,6 +241,6 @@ def test_an_arrow_file_edited_in_place_is_trained_on(tmp_path):
     trained = make_trainer(tmp_path / "new", edited, behavior_policy="initial").train_dataset
     copy = datasets.Dataset.from_list(list(edited), features=edited.features)
     fresh = make_trainer(tmp_path / "fresh", copy, behavior_policy="initial").train_dataset
-    assert trained[IDS] == fresh[IDS] and trained[INITIAL_LOGPS] == fresh[INITIAL_LOGPS]
+    assert trained[IDS] == fresh[IDS] and trained[STARTING_LOGPS] == fresh[STARTING_LOGPS]
     assert trained[1][IDS] != old.train_dataset[1][IDS]
-    assert trained[1][INITIAL_LOGPS] != old.train_dataset[1][INITIAL_LOGPS]
+    assert trained[1][STARTING_LOGPS] != old.train_dataset[1][STARTING_LOGPS]

@@ -150,7 +150,25 @@ def test_features_from_the_token_cache_equal_fresh_tokenization(settings, monkey
     rows, cached = list(ds), list(tokenize_dataset(ds, tok, show_progress=False))
     fresh = [trajectory_features(tok, row, settings) for row in rows]
     monkeypatch.setattr(collator_module, "tokenize_with_roles", lambda *a, **k: pytest.fail("rendered a row"))
+    monkeypatch.setattr(collator_module, "row_to_trajectory", lambda *a, **k: pytest.fail("decoded a row"))
     from_cache = [trajectory_features(tok, row, settings) for row in cached]
     assert from_cache == fresh
     if settings.max_completion_length:
         assert all(f.truncated_tokens > 0 for f in from_cache)
+
+
+def test_a_datasets_quality_columns_override_the_cached_quality(monkeypatch, tmp_path):
+    """The quality the token cache stores is the messages' own; a dataset's ``correct_pct`` column (where not null)
+    overrides it, with or without the cache, and decides the world-term filter."""
+    from echo_trl.data.build import trajectories_to_dataset
+    from echo_trl.tokens.cache import tokenize_dataset
+
+    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path))
+    tok = tiny_tokenizer("qwen3")
+    ds = trajectories_to_dataset([traj(), traj()])  # 1 of 2 tool results an error: correct_pct 50
+    ds = ds.add_column("correct_pct", [None, 90.0])
+    settings = CollatorSettings(min_correct_pct=60)
+    for rows in (list(ds), list(tokenize_dataset(ds, tok, show_progress=False))):
+        derived, overridden = (trajectory_features(tok, row, settings) for row in rows)
+        assert derived.quality["correct_pct"] == 50.0 and not derived.passes and sum(derived.world_mask) == 0
+        assert overridden.quality["correct_pct"] == 90.0 and overridden.passes and sum(overridden.world_mask) > 0

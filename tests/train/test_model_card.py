@@ -9,7 +9,7 @@ from helpers.tiny import tiny_model, tiny_tokenizer
 from helpers.trainer import dataset
 
 from echo_trl.config import EchoGRPOConfig
-from echo_trl.data.card import ECHO_CITATION
+from echo_trl.data.citations import ECHO_CITATION
 from echo_trl.train.model_card import SECTION_MARKER, echo_card_section, final_metrics
 from echo_trl.trainer import EchoGRPOTrainer
 

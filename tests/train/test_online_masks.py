@@ -8,9 +8,11 @@ import pytest
 import torch
 from helpers.tiny import tiny_tokenizer
 
-from echo_trl.roles import tool_call
+from echo_trl.roles import Role, tool_call
+from echo_trl.tokens.tool_content import tool_span_roles, zero_spans
+from echo_trl.train.batch import GeneratedRollouts
 from echo_trl.train.collator import CollatorSettings
-from echo_trl.train.online_masks import GeneratedRollouts, online_masks, tool_content_mask, zero_spans
+from echo_trl.train.online_masks import online_masks
 
 
 @pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "llama3_1"])
@@ -45,8 +47,9 @@ def test_online_mask_is_the_tool_content_only(family):
         else:
             ids += chunk
             tmask += [1] * len(chunk)
-    mask = tool_content_mask(tok, ids, tmask, messages, lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw))
-    assert mask is not None
+    roles = tool_span_roles(tok, ids, tmask, messages, lambda msgs, **kw: render_tool_suffix(fake, msgs, **kw))
+    assert roles is not None
+    mask = [r == Role.ENV_OUTPUT.code for r in roles]
     env_text = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
     for content in ("user assistant tool_response 42 lamps", "added 4", "{'error': 'out of stock'}"):
         assert content in env_text.replace('\\"', '"')
@@ -87,4 +90,4 @@ def _generation_prompt(tok) -> str:
 def test_online_mask_refuses_misaligned_spans():
     tok = tiny_tokenizer("qwen3")
     messages = [{"role": "assistant", "content": ""}, {"role": "tool", "name": "t", "content": "abc"}]
-    assert tool_content_mask(tok, [1, 2, 3], [1, 1, 1], messages, lambda m: "") is None  # 1 group, 0 spans
+    assert tool_span_roles(tok, [1, 2, 3], [1, 1, 1], messages, lambda m: "") is None  # 1 group, 0 spans

@@ -30,8 +30,10 @@ from trl.chat_template_utils import (
 )
 
 from echo_trl.roles import Role, tool_call
+from echo_trl.tokens.tool_content import tool_span_roles, zero_spans
+from echo_trl.train.batch import GeneratedRollouts
 from echo_trl.train.collator import CollatorSettings
-from echo_trl.train.online_masks import GeneratedRollouts, online_masks, tool_span_roles, zero_spans
+from echo_trl.train.online_masks import online_masks
 from echo_trl.train.trl_compat import render_tool_suffix
 
 ACTION, ENV, CONTEXT, OBS = Role.ACTION.code, Role.ENV_OUTPUT.code, Role.CONTEXT.code, Role.OBSERVATION.code

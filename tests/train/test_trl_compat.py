@@ -22,6 +22,7 @@ from trl.trainer.utils import RepeatSampler
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.train import trl_compat
+from echo_trl.train.batch import LossForward
 from echo_trl.train.sampler import ResumableRepeatSampler
 from echo_trl.trainer import EchoGRPOTrainer
 
@@ -140,9 +141,10 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
     assert len(got.completions) == 2
 
 
-def test_compute_loss_runs_one_capturable_forward(tmp_path):
+def test_compute_loss_runs_one_forward_the_trainer_records(tmp_path):
     """TRL's ``_compute_loss`` computes its log-probs with exactly one ``_get_per_token_logps_and_entropies``
-    call; the capture records it and fills NaN old log-probs in before TRL reads them."""
+    call; the trainer's override records it (the loss forward ``_compute_loss`` set up) and fills NaN old
+    log-probs in before TRL reads them."""
     trainer = make_trainer(tmp_path, prefix_sharing=False)  # TRL's own forward, counted below
     inputs = batch(trainer)
     calls = []
@@ -155,10 +157,10 @@ def test_compute_loss_runs_one_capturable_forward(tmp_path):
     inputs = dict(inputs, old_per_token_logps=torch.full(inputs["completion_ids"].shape, math.nan))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
-        with trl_compat.capture_loss_forward(trainer, inputs) as forward:
-            loss = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
+        trainer._echo_loss_forward = forward = LossForward(inputs)
+        loss = GRPOTrainer._compute_loss(trainer, trainer.model, inputs)
     assert calls == [1] and torch.isfinite(loss)
-    assert "_get_per_token_logps_and_entropies" not in vars(trainer)  # the capture is gone after the block
+    assert trainer._echo_loss_forward is None  # recorded once: later forwards are TRL's own
     with torch.no_grad():
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
         attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)

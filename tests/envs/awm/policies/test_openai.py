@@ -180,7 +180,7 @@ def test_sampled_logprobs_become_behavior_logprobs_and_train_as_importance_ratio
     from echo_trl.config import EchoGRPOConfig
     from echo_trl.data.build import build_awm_dataset
     from echo_trl.demo.tiny import build_tiny_model
-    from echo_trl.train.collator import INITIAL_LOGPS
+    from echo_trl.train.collator import STARTING_LOGPS
     from echo_trl.trainer import EchoGRPOTrainer
 
     model, tokenizer = sampler
@@ -217,7 +217,7 @@ def test_sampled_logprobs_become_behavior_logprobs_and_train_as_importance_ratio
         behavior_policy="initial",
     )
     trainer = EchoGRPOTrainer(policy_model, args=args, train_dataset=ds, processing_class=tokenizer)
-    assert INITIAL_LOGPS not in trainer.train_dataset.column_names  # every row recorded its own: nothing forwarded
+    assert STARTING_LOGPS not in trainer.train_dataset.column_names  # every row recorded its own: nothing forwarded
     inputs = batch(trainer)
     action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
     old = inputs["old_per_token_logps"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers.episodes import traj
 
-from echo_trl.train.quality import is_error_output, rollout_quality
+from echo_trl.tokens.quality import is_error_output, rollout_quality
 
 
 def test_rollout_quality():

@@ -83,6 +83,11 @@ def rollout_quality(
     }
 
 
+def with_dataset_columns(quality: dict[str, float], row: dict[str, Any]) -> dict[str, float]:
+    """``quality`` with the values a dataset row carries in columns of :data:`QUALITY_KEYS` (not null) instead."""
+    return quality | {key: float(row[key]) for key in QUALITY_KEYS if row.get(key) is not None}
+
+
 def _tool_name(tool: Any) -> str | None:
     if isinstance(tool, str):
         try:
