@@ -1,8 +1,10 @@
 """The one command-line convention (``echo_trl.command_line``): ``--config`` on every command, switches before
-positional arguments, the checks of ``__post_init__`` as one-line usage errors."""
+positional arguments, the checks of ``__post_init__`` as one-line usage errors, and the demo's options that are
+``EchoGRPOConfig``'s fields."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -105,3 +107,41 @@ def test_argparse_internals_are_touched_only_by_captures_parser():
     private = re.compile(r"_option_string_actions|\._actions\b|\._(parse_optional|get_values|get_option_tuples)\b")
     offenders = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if private.search(path.read_text())}
     assert offenders <= {"commands/capture_parser.py"}, offenders
+
+
+# --- the demo's options: EchoGRPOConfig's fields -------------------------------------------------------------
+
+
+def test_demo_options_are_the_configs_fields_and_reach_both_runs(tmp_path, capsys):
+    from echo_trl.config import BEHAVIOR_POLICIES, EchoGRPOConfig
+    from echo_trl.demo.options import RUN_OPTIONS, DemoArguments, parse_demo_args
+
+    config_fields = {f.name: f for f in dataclasses.fields(EchoGRPOConfig)}
+    demo_fields = {f.name: f for f in dataclasses.fields(DemoArguments)}
+    assert set(RUN_OPTIONS) <= set(demo_fields)
+    for name in ("world_model_coeff", "behavior_policy"):  # the demo keeps the config's default and help
+        assert demo_fields[name].default == config_fields[name].default
+        assert demo_fields[name].metadata["help"] == config_fields[name].metadata["help"]
+    # every option that is a config field reaches the run's config, whatever its value
+    changed = {
+        "world_model_coeff": "0.075",
+        "behavior_policy": next(p for p in BEHAVIOR_POLICIES if p != demo_fields["behavior_policy"].default),
+        "max_steps": "7",
+        "learning_rate": "0.25",
+        "per_device_train_batch_size": "6",
+        "eval_steps": "3",
+        "max_completion_length": "99",
+        "seed": "11",
+    }
+    assert set(changed) == set(RUN_OPTIONS)
+    options = parse_demo_args([f"--{k.replace('_', '-')}={v}" for k, v in changed.items()])
+    run = options.run_config(tmp_path / "echo", world_model_coeff=options.world_model_coeff)
+    for name, text in changed.items():
+        assert getattr(run, name) == type(getattr(run, name))(text), name
+    assert run.output_dir == str(tmp_path / "echo") and run.use_cpu
+    baseline = options.run_config(tmp_path / "grpo", world_model_coeff=0.0)
+    assert baseline.world_model_coeff == 0.0 and baseline.learning_rate == 0.25
+    # the warm-up is the demo's own (the config's warmup_steps is the learning-rate warm-up, 0 in both runs)
+    assert options.warmup_settings().steps == demo_fields["warmup_steps"].default and run.warmup_steps == 0
+    err = usage_error(capsys, parse_demo_args, ["--behavior_policy", "recorded"])
+    assert all(repr(p) in err for p in BEHAVIOR_POLICIES)
