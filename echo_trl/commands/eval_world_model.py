@@ -85,7 +85,13 @@ class EvalWorldModelArguments:
     )
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first N trajectories"})
     device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
-    dtype: str = field(default="auto", metadata={"choices": ["auto", "float32", "bfloat16", "float16"]})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "weights dtype (auto: the checkpoint's)",
+            "choices": ["auto", "float32", "bfloat16", "float16"],
+        },
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow the model's custom code to run"})
     json: bool = field(default=False, metadata={"help": "print one JSON object on stdout and nothing else"})
 
