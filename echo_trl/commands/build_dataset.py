@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass, field
 
+from ..command_line import CommandParser, FlagValueError, command_parser, parse_command
 from ..data.build import build_awm_dataset
 from ..data.card import plural
 from ..data.formats import FORMATS, VERIFY_TURNS
@@ -12,7 +13,6 @@ from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..data.records import SkippedRecord
 from ..data.store import DATASET_MARKER, save_dataset
 from ..io.outputs import check_output_dir
-from .cli import ArgumentParser  # underscores, hyphen aliases, no abbreviations
 
 DESCRIPTION = """\
 Read recorded AWM episodes (OpenEnv capture JSON, AWM session trajectory.json, JSONL of
@@ -43,63 +43,106 @@ exit codes: 0 ok (also when --skip-invalid skipped records), 2 bad input (the me
 file:record: field) or an --output that cannot be written, 1 internal error."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="echo-trl build-dataset",
+@dataclass
+class BuildDatasetArguments:
+    """Flags of ``echo-trl build-dataset`` (the episode files and directories are its positional arguments).
+
+    Parameters:
+        > Parameters that control where the dataset goes
+
+        output (`str`):
+            Directory to save the dataset in (``-o``); an existing one must be empty or a previous dataset.
+        push_to_hub (`str` or `None`, *optional*):
+            Also push the dataset and its card to this Hub repository.
+        private (`bool`, *optional*, defaults to `False`):
+            Create the Hub repository as private.
+
+        > Parameters that control what each trajectory holds
+
+        skip_invalid (`bool`, *optional*, defaults to `False`):
+            Keep the valid episodes and report the invalid ones in ``skipped.jsonl`` (default: stop at the first).
+        compact_tools (`bool`, *optional*, defaults to `False`):
+            Drop the response documentation fastapi-mcp appends to each tool description (``chat-template`` only).
+        system_prompt (`str`, *optional*, defaults to the chat-template prompt):
+            System prompt of every trajectory (``{scenario}`` is filled in; ``""`` for none).
+        format (`str`, *optional*, defaults to `"chat-template"`):
+            Conversation format: ``chat-template`` or ``awm-agent`` (the official AWM agent's).
+        verify_turn (`str` or `None`, *optional*):
+            The verifier step as an ``env_output`` message, or omitted (default: by format).
+    """
+
+    output: str = field(metadata={"help": "where to save the dataset", "metavar": "DIR", "aliases": ["-o"]})
+    skip_invalid: bool = field(
+        default=False,
+        metadata={"help": "keep valid episodes and report invalid ones (default: stop at the first invalid one)"},
+    )
+    push_to_hub: str | None = field(
+        default=None, metadata={"help": "also push the dataset and its card to this Hub repo", "metavar": "REPO"}
+    )
+    private: bool = field(default=False, metadata={"help": "create the Hub repo as private"})
+    compact_tools: bool = field(
+        default=False,
+        metadata={
+            "help": "drop the response documentation fastapi-mcp appends to each tool description "
+            "(AWM tool schemas shrink ~5x; the input schemas are kept)"
+        },
+    )
+    system_prompt: str = field(
+        default=DEFAULT_SYSTEM_PROMPT,
+        metadata={
+            "help": "system prompt of every trajectory ('{scenario}' is filled in; '' for none; "
+            "with --format awm-agent the default is the official agent's prompt)"
+        },
+    )
+    format: str = field(
+        default="chat-template",
+        metadata={
+            "help": "conversation format (default chat-template; awm-agent: the official AWM agent's)",
+            "choices": list(FORMATS),
+        },
+    )
+    verify_turn: str | None = field(
+        default=None,
+        metadata={
+            "help": "the verifier step as an env_output message, or omitted (default: env_output for "
+            "chat-template, omit for awm-agent: the official agent never shows the verifier, and "
+            "its raw_result can reveal the answer)",
+            "choices": list(VERIFY_TURNS),
+        },
+    )
+
+    def __post_init__(self):
+        if self.compact_tools and self.format == "awm-agent":
+            raise FlagValueError(
+                "--compact-tools applies to --format chat-template (awm-agent lists the tools "
+                "exactly as the official agent does)"
+            )
+
+
+def make_parser() -> CommandParser:
+    parser = command_parser(
+        "echo-trl build-dataset",
+        [BuildDatasetArguments],
+        usage="echo-trl build-dataset EPISODE_FILES_OR_DIRS... --output DIR [--config YAML] [FLAGS...]",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("inputs", nargs="+", metavar="EPISODE_FILES_OR_DIRS", help=".json/.jsonl files or directories")
-    p.add_argument("--output", "-o", required=True, metavar="DIR", help="where to save the dataset")
-    p.add_argument(
-        "--skip-invalid",
-        action="store_true",
-        help="keep valid episodes and report invalid ones (default: stop at the first invalid one)",
-    )
-    p.add_argument("--push-to-hub", metavar="REPO", help="also push the dataset and its card to this Hub repo")
-    p.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    p.add_argument(
-        "--compact-tools",
-        action="store_true",
-        help="drop the response documentation fastapi-mcp appends to each tool description "
-        "(AWM tool schemas shrink ~5x; the input schemas are kept)",
-    )
-    p.add_argument(
-        "--system-prompt",
-        default=DEFAULT_SYSTEM_PROMPT,
-        help="system prompt of every trajectory ('{scenario}' is filled in; '' for none; "
-        "with --format awm-agent the default is the official agent's prompt)",
-    )
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="chat-template",
-        help="conversation format (default chat-template; awm-agent: the official AWM agent's)",
-    )
-    p.add_argument(
-        "--verify-turn",
-        choices=VERIFY_TURNS,
-        default=None,
-        help="the verifier step as an env_output message, or omitted (default: env_output for "
-        "chat-template, omit for awm-agent: the official agent never shows the verifier, and "
-        "its raw_result can reveal the answer)",
-    )
-    return p
+    parser.add_argument("inputs", nargs="+", metavar="EPISODE_FILES_OR_DIRS", help=".json/.jsonl files or directories")
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[list[str], BuildDatasetArguments]:
+    """The episode files / directories and the flags."""
+    args, positional = parse_command(make_parser(), argv)
+    return positional.inputs, args
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.compact_tools and args.format == "awm-agent":
-        parser.error(
-            "--compact-tools applies to --format chat-template (awm-agent lists the tools "
-            "exactly as the official agent does)"
-        )
+    inputs, args = parse_args(argv)
     check_output_dir(args.output, replace_if=DATASET_MARKER)  # before the build, not after it
     skipped: list[SkippedRecord] = []
     ds = build_awm_dataset(
-        args.inputs,
+        inputs,
         strict=not args.skip_invalid,
         system_prompt=args.system_prompt or None,
         skipped=skipped,

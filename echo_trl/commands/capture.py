@@ -54,13 +54,13 @@ from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
 from ..io.outputs import check_output_dir
 from ..progress import progress
-from .capture_run import collect_local, episodes_per_task, model_policy
-from .cli import (  # underscores, hyphen aliases, no abbreviations
+from .capture_parser import (  # underscores, hyphen aliases, no abbreviations (until capture uses ..command_line)
     ArgumentParser,
     non_negative_float,
     positive_float,
     positive_int,
 )
+from .capture_run import collect_local, episodes_per_task, model_policy
 
 REPLAY_HELP = """\
 replay file (--policy replay:FILE), .jsonl = one script per line, .json = a list of scripts:

@@ -1,8 +1,9 @@
 """``echo-trl``: one console script, one sub-command per job.
 
 Each sub-command lives in ``echo_trl/commands/<name>.py`` with ``main(argv) -> int``; this
-module dispatches (``echo-trl --help`` answers without importing torch or TRL) and holds what
-every command shares: the :class:`ArgumentParser` conventions and the quiet defaults.
+module dispatches (``echo-trl --help`` answers without importing torch or TRL) and holds the quiet defaults
+every command shares. Each command parses its own flags with :mod:`echo_trl.command_line` (TRL's ``TrlParser``
+over dataclasses), imported by the command module, never here.
 
 Exit codes: 0 success; 1 unexpected internal error (a bug: please report it with the
 traceback); 2 bad input or usage (the message says which file/record/field); 130 interrupted.
@@ -10,9 +11,7 @@ traceback); 2 bad input or usage (the message says which file/record/field); 130
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import math
 import os
 import sys
 import warnings
@@ -48,89 +47,6 @@ def _help() -> str:
         "Exit codes: 0 ok, 1 internal error, 2 bad input or usage, 130 interrupted.",
     ]
     return "\n".join(lines)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """``argparse`` with echo-trl's flag conventions, shared by every sub-command.
-
-    No abbreviations (``--max_step`` is not silently ``--max_steps``). One spelling per flag in
-    ``--help``, with underscores as TRL writes them (whichever way a command defined it); the hyphen
-    spelling (``--max-length`` for ``--max_length``) is accepted as an alias without cluttering ``--help``.
-    """
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        """A usage error is one line (the usage synopsis is one ``--help`` away), exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
-
-    def _underscored(self) -> None:
-        """Show and register every long flag with underscores (``--skip-invalid`` becomes ``--skip_invalid``);
-        the hyphen spelling stays accepted through :meth:`_respelled`. Idempotent; groups share the registry."""
-        for action in self._actions:
-            names = ["--" + o[2:].replace("-", "_") if o.startswith("--") else o for o in action.option_strings]
-            if names != action.option_strings:
-                action.option_strings = list(dict.fromkeys(names))
-                for name in action.option_strings:
-                    self._option_string_actions.setdefault(name, action)
-
-    def format_usage(self) -> str:
-        self._underscored()
-        return super().format_usage()
-
-    def format_help(self) -> str:
-        self._underscored()
-        return super().format_help()
-
-    def _respelled(self, token: str) -> str:
-        flag, eq, value = token.partition("=")
-        if not flag.startswith("--") or flag in self._option_string_actions:
-            return token
-        for other in ("--" + flag[2:].replace("-", "_"), "--" + flag[2:].replace("_", "-")):
-            if other in self._option_string_actions:
-                return other + eq + value
-        return token
-
-    def parse_known_args(self, args=None, namespace=None):
-        self._underscored()
-        args = list(sys.argv[1:] if args is None else args)
-        end = args.index("--") if "--" in args else len(args)
-        return super().parse_known_args([*map(self._respelled, args[:end]), *args[end:]], namespace)
-
-
-def positive_int(text: str) -> int:
-    """``type=`` of a count flag: an integer >= 1 (argparse turns the error into a usage line, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """``type=`` of a duration flag: a finite number > 0 (``nan``, ``inf``, ``0`` and ``-1`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """``type=`` of a flag that may be 0 (a wait, a probability floor): a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
 
 
 def quiet_defaults() -> None:

@@ -11,54 +11,106 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 
+from ..command_line import CommandParser, command_parser, parse_command, positive_int
 from ..data.hub import locate
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
-from .cli import ArgumentParser, positive_int
 from .loading import load_dataset_named, load_model, load_tokenizer
 
+DESCRIPTION = """\
+Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on a
+trajectory dataset: how well it predicts what the environment answered."""
 
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(
-        prog="echo-trl eval-world-model",
-        description="Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on "
-        "a trajectory dataset: how well it predicts what the environment answered.",
+
+@dataclass
+class EvalWorldModelArguments:
+    """Flags of ``echo-trl eval-world-model``.
+
+    Parameters:
+        > Parameters that control what is evaluated
+
+        model (`str`):
+            Model directory or Hub id (a PEFT adapter directory works too).
+        dataset (`str`):
+            Trajectory dataset: an ``echo-trl build-dataset`` directory or a Hub dataset id.
+        split (`str`, *optional*, defaults to `"train"`):
+            Split to read (Hub datasets / DatasetDict directories).
+        tokenizer (`str` or `None`, *optional*):
+            Tokenizer (default: the model's).
+        limit (`int` or `None`, *optional*):
+            Evaluate only the first this many trajectories.
+
+        > Parameters that control how trajectories are cut (as training does)
+
+        max_length (`int` or `None`, *optional*):
+            Cut trajectories at a message end to at most this many tokens.
+        max_completion_length (`int` or `None`, *optional*):
+            Cut each completion at a message end to at most this many tokens.
+        max_rendered_chars (`int`, *optional*, defaults to the library's limit):
+            Refuse a trajectory whose conversation rendered by the chat template is longer than this many characters.
+
+        > Parameters that control the model and the output
+
+        device (`str` or `None`, *optional*):
+            Torch device (default: cuda if available, else cpu).
+        dtype (`str`, *optional*, defaults to `"auto"`):
+            ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        trust_remote_code (`bool`, *optional*, defaults to `False`):
+            Allow the model's custom code to run.
+        json (`bool`, *optional*, defaults to `False`):
+            Print one JSON object on stdout and nothing else.
+    """
+
+    model: str = field(metadata={"help": "model directory or Hub id (a PEFT adapter directory works too)"})
+    dataset: str = field(
+        metadata={"help": "trajectory dataset: an `echo-trl build-dataset` directory or a Hub dataset id"}
     )
-    p.add_argument("--model", required=True, help="model directory or Hub id (a PEFT adapter directory works too)")
-    p.add_argument(
-        "--dataset",
-        required=True,
-        help="trajectory dataset: an `echo-trl build-dataset` directory or a Hub dataset id",
+    split: str = field(default="train", metadata={"help": "split to read (Hub datasets / DatasetDict directories)"})
+    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer (default: the model's)"})
+    max_length: int | None = field(
+        default=None, metadata={"help": "cut trajectories at a message end to at most this many tokens"}
     )
-    p.add_argument("--split", default="train", help="split to read (Hub datasets / DatasetDict directories)")
-    p.add_argument("--tokenizer", default=None, help="tokenizer (default: the model's)")
-    p.add_argument(
-        "--max_length", type=int, default=None, help="cut trajectories at a message end to at most this many tokens"
-    )
-    p.add_argument(
-        "--max_completion_length",
-        type=int,
+    max_completion_length: int | None = field(
         default=None,
-        help="cut each completion at a message end to at most this many tokens (as training does)",
+        metadata={"help": "cut each completion at a message end to at most this many tokens (as training does)"},
     )
-    p.add_argument(
-        "--max_rendered_chars",
-        type=positive_int,
+    max_rendered_chars: int = field(
         default=DEFAULT_MAX_RENDERED_CHARS,
-        metavar="N",
-        help="refuse a trajectory whose conversation rendered by the chat template is longer than N characters "
-        "(tokenizer memory grows with it; default %(default)s)",
+        metadata={
+            "help": "refuse a trajectory whose conversation rendered by the chat template is longer than N "
+            f"characters (tokenizer memory grows with it; default {DEFAULT_MAX_RENDERED_CHARS})",
+            "metavar": "N",
+        },
     )
-    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N trajectories")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's custom code to run")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    return p
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first N trajectories"})
+    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "weights dtype (auto: the checkpoint's)",
+            "choices": ["auto", "float32", "bfloat16", "float16"],
+        },
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow the model's custom code to run"})
+    json: bool = field(default=False, metadata={"help": "print one JSON object on stdout and nothing else"})
+
+    def __post_init__(self):
+        positive_int("max_rendered_chars", self.max_rendered_chars)
 
 
-def parse_args(argv: list[str]):
-    return build_parser().parse_args(argv)
+def make_parser() -> CommandParser:
+    return command_parser(
+        "echo-trl eval-world-model",
+        [EvalWorldModelArguments],
+        usage="echo-trl eval-world-model --model PATH --dataset DATASET [--config YAML] [--json] [FLAGS...]",
+        description=DESCRIPTION,
+    )
+
+
+def parse_args(argv: list[str]) -> EvalWorldModelArguments:
+    (args,) = parse_command(make_parser(), argv)
+    return args
 
 
 def main(argv: list[str]) -> int:

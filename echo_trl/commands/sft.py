@@ -10,8 +10,6 @@ TRL, torch and the trainer are imported inside the functions that use them, so `
 
 from __future__ import annotations
 
-import argparse
-
 from .training_run import (
     EchoScriptArguments,
     build_trainer,
@@ -49,21 +47,20 @@ SFT vs observation-supervised SFT, then ECHO-GRPO from each; `echo-trl sft --com
 
 
 def make_parser():
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
+    from ..command_line import command_parser
     from ..sft_config import EchoSFTConfig
 
     usage = (
         "echo-trl sft [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
         "[FLAGS...]\n       echo-trl sft --compare [--help]    # the two-stage comparison on the bundled episodes"
     )
-    return TrlParser(
+    return command_parser(
+        "echo-trl sft",
         (EchoScriptArguments, EchoSFTConfig, ModelConfig),
-        prog="echo-trl sft",
         usage=usage,
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
     )
 
 
@@ -74,7 +71,7 @@ def main(argv: list[str]) -> int:
 
         return compare_main(argv[1:])
     parser = make_parser()
-    script_args, training_args, model_args = parse_training_flags(parser, argv, "sft")
+    script_args, training_args, model_args = parse_training_flags(parser, argv)
     return launched(training_args, lambda: run_sft(script_args, training_args, model_args))
 
 

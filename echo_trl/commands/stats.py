@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..command_line import CommandParser, FlagValueError, command_parser, parse_command, positive_int
 from ..data.card import plural
 from ..errors import EchoTrlError
 from ..progress import progress
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from ..tokens.stats import format_stats, token_stats
 from ..tokens.tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
-from .cli import ArgumentParser, positive_int
 from .loading import load_tokenizer, load_trajectories
 
 DESCRIPTION = """\
@@ -32,47 +32,84 @@ examples:
 LISTED_ROWS = 20
 
 
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(
-        prog="echo-trl stats",
+@dataclass
+class StatsArguments:
+    """Flags of ``echo-trl stats`` (the dataset is its positional argument).
+
+    Parameters:
+        > Parameters that control what is counted
+
+        tokenizer (`str`):
+            Tokenizer (with its chat template) of the model you will train: a directory or a Hub id.
+        split (`str`, *optional*, defaults to `"train"`):
+            Dataset split to count.
+        max_length (`int` or `None`, *optional*):
+            Also report, per row, what a cut at this many tokens (at a message end) would remove.
+        max_rendered_chars (`int`, *optional*, defaults to the library's limit):
+            Refuse a row whose conversation rendered by the chat template is longer than this many characters.
+        trust_remote_code (`bool`, *optional*, defaults to `False`):
+            Allow the tokenizer's custom code to run.
+
+        > Parameters that control what is printed
+
+        json (`bool`, *optional*, defaults to `False`):
+            Print one JSON object on stdout and nothing else.
+        show (`int` or `None`, *optional*):
+            Print this row rendered with ``[role]...[/role]`` markers around each learnable span instead.
+    """
+
+    tokenizer: str = field(
+        metadata={"help": "tokenizer (with its chat template) of the model you will train", "metavar": "MODEL_OR_PATH"}
+    )
+    split: str = field(default="train", metadata={"help": "dataset split (default: train)"})
+    max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "also report, per row, what a cut at N tokens (at a message end) would remove; the counts "
+            "above stay those of the whole trajectories",
+            "metavar": "N",
+        },
+    )
+    max_rendered_chars: int = field(
+        default=DEFAULT_MAX_RENDERED_CHARS,
+        metadata={
+            "help": "refuse a row whose conversation rendered by the chat template is longer than N characters "
+            f"(tokenizer memory grows with it; default {DEFAULT_MAX_RENDERED_CHARS}, far beyond any context window)",
+            "metavar": "N",
+        },
+    )
+    json: bool = field(default=False, metadata={"help": "print one JSON object on stdout and nothing else"})
+    show: int | None = field(
+        default=None,
+        metadata={
+            "help": "print row ROW rendered with [role]...[/role] markers around each learnable span",
+            "metavar": "ROW",
+        },
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow the tokenizer's custom code to run"})
+
+    def __post_init__(self):
+        positive_int("max_rendered_chars", self.max_rendered_chars)
+        if self.max_length is not None and self.max_length < 1:
+            raise FlagValueError(f"--max_length {self.max_length}: expected a positive number of tokens")
+
+
+def make_parser() -> CommandParser:
+    parser = command_parser(
+        "echo-trl stats",
+        [StatsArguments],
+        usage="echo-trl stats DATASET --tokenizer MODEL_OR_PATH [--config YAML] [--json] [FLAGS...]",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", metavar="DATASET")
-    p.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="MODEL_OR_PATH",
-        help="tokenizer (with its chat template) of the model you will train",
-    )
-    p.add_argument("--split", default="train", help="dataset split (default: train)")
-    p.add_argument(
-        "--max_length",
-        type=int,
-        default=None,
-        metavar="N",
-        help="also report, per row, what a cut at N tokens (at a message end) would remove; the counts "
-        "above stay those of the whole trajectories",
-    )
-    p.add_argument(
-        "--max_rendered_chars",
-        type=positive_int,
-        default=DEFAULT_MAX_RENDERED_CHARS,
-        metavar="N",
-        help="refuse a row whose conversation rendered by the chat template is longer than N characters "
-        "(tokenizer memory grows with it; default %(default)s, far beyond any context window)",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    p.add_argument(
-        "--show",
-        type=int,
-        metavar="ROW",
-        default=None,
-        help="print row ROW rendered with [role]...[/role] markers around each learnable span",
-    )
-    p.add_argument("--trust_remote_code", action="store_true", help="allow the tokenizer's custom code to run")
-    return p
+    parser.add_argument("dataset", metavar="DATASET", help="a `build-dataset` directory, a Hub id, or episode files")
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[str, StatsArguments]:
+    """The dataset and the flags."""
+    args, positional = parse_command(make_parser(), argv)
+    return positional.dataset, args
 
 
 def truncation_report(
@@ -153,12 +190,10 @@ def format_truncation(report: dict[str, Any], episodes: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.max_length is not None and args.max_length < 1:
-        raise EchoTrlError(f"--max_length {args.max_length}: expected a positive number of tokens")
+    dataset_name, args = parse_args(argv)
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
-    dataset = load_trajectories(args.dataset, split=args.split)
+    dataset = load_trajectories(dataset_name, split=args.split)
     if args.show is not None:
         if not 0 <= args.show < len(dataset):
             raise EchoTrlError(f"--show {args.show}: the dataset has rows 0..{len(dataset) - 1}")

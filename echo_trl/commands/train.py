@@ -12,8 +12,6 @@ start without loading what they do not need.
 
 from __future__ import annotations
 
-import argparse
-
 from .training_run import (
     EchoScriptArguments,
     build_trainer,
@@ -49,8 +47,9 @@ models, metrics.json and env_ce.png to the output dir (never over a previous run
 
 
 def make_parser():
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
+    from ..command_line import command_parser
     from ..config import EchoGRPOConfig
 
     usage = (
@@ -58,15 +57,11 @@ def make_parser():
         "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
         "       echo-trl train --demo --help    # the demo's options"
     )
-    # allow_abbrev=False: `--max_step 3` must not silently become --max_steps (HfArgumentParser passes it on
-    # to argparse and already accepts --max-steps for --max_steps)
-    return TrlParser(
+    return command_parser(
+        "echo-trl train",
         (EchoScriptArguments, EchoGRPOConfig, ModelConfig),
-        prog="echo-trl train",
         usage=usage,
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
     )
 
 
@@ -78,7 +73,7 @@ def main(argv: list[str]) -> int:
         return demo_main(argv[1:])
     parser = make_parser()
     script_args, training_args, model_args = parse_training_flags(
-        parser, argv, "train", hint_use_cpu="; `echo-trl train` with no arguments runs the CPU demo"
+        parser, argv, hint_use_cpu="; `echo-trl train` with no arguments runs the CPU demo"
     )
     return launched(training_args, lambda: run_training(script_args, training_args, model_args))
 

@@ -35,21 +35,14 @@ class EchoScriptArguments:
     )
 
 
-def parse_training_flags(parser, argv: list[str], command: str, hint_use_cpu: str = "") -> tuple:
-    """``parser.parse_args_and_config(argv)`` with TrainingArguments' validation errors (``ValueError``, a
-    ``TypeError`` of a wrong type, ``--logging_steps inf``'s ``OverflowError``) as one-line usage errors."""
-    from .config_file import check_config_file
+def parse_training_flags(parser, argv: list[str], hint_use_cpu: str = "") -> tuple:
+    """:func:`~echo_trl.command_line.parse_command` with TrainingArguments' validation errors (``ValueError``, a
+    ``TypeError`` of a wrong type, ``--logging_steps inf``'s ``OverflowError``) as one-line errors."""
+    from ..command_line import parse_command
 
-    check_config_file(argv)
     try:
-        return parser.parse_args_and_config(argv)
+        return parse_command(parser, argv)
     except (ValueError, TypeError, ArithmeticError) as exc:
-        if "not used by the HfArgumentParser" in str(exc):
-            unknown = str(exc).split(":", 1)[1].strip(" []").replace("'", "").replace(",", "")
-            raise EchoTrlError(
-                f"unrecognized arguments: {unknown} (`echo-trl {command} --help` lists every flag; "
-                "flags are never abbreviated)"
-            ) from None
         hint = f" (on a machine without a GPU pass --use_cpu{hint_use_cpu})" if "use_cpu" in str(exc) else ""
         raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
 

@@ -5,80 +5,30 @@ locally (no downloads) and warmed up env-blind (:mod:`echo_trl.demo.warmup`), th
 same checkpoint; prints the held-out env CE before and after each and writes the models,
 ``metrics.json`` and ``env_ce.png``. It never overwrites a previous run's outputs unless told to.
 
-The data, model and training libraries are imported inside the functions that use them, so that
-``echo-trl train --demo --help`` answers at once.
+Its options (:mod:`echo_trl.demo.options`) are ``EchoGRPOConfig`` fields where they mean the same thing, so
+parsing them loads TRL's config; the data, model and training libraries load inside the functions that use them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ..config import BEHAVIOR_POLICIES
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
+from .options import REPO_DATA, DemoArguments, parse_demo_args
 from .tiny import tiny_model_for
-from .warmup import add_warmup_arguments
 
-#: ``echo_trl.config.BEHAVIOR_POLICIES`` (not imported here: it loads TRL, and ``--help`` should be instant).
-DEMO_BEHAVIOR_POLICIES = ("initial", "current")
-REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "episodes"
+#: The demo's ``--behavior_policy`` choices: the config's (``DemoArguments`` reads them from its field).
+DEMO_BEHAVIOR_POLICIES = BEHAVIOR_POLICIES
 #: The runs of the comparison: output subdirectory per run.
 RUN_DIRS = ("echo", "grpo_baseline")
 #: The results a demo run writes into its output directory (a previous run's are never silently replaced).
 OUTPUTS = ("metrics.json", "env_ce.png", *RUN_DIRS)
-
-
-def parse_demo_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="echo-trl train --demo",
-        allow_abbrev=False,
-        description="CPU demo: ECHO vs a lambda=0 GRPO baseline on the same AWM episodes, tiny local model. "
-        "Prints held-out env-token CE before/after for both; writes models, metrics.json and env_ce.png.",
-    )
-    p.add_argument("--output_dir", default="outputs/echo-demo", help="where models, metrics.json and env_ce.png go")
-    p.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="replace the outputs of a previous demo run in OUTPUT_DIR (by default the demo refuses)",
-    )
-    p.add_argument(
-        "--data_dir",
-        default=None,
-        help=f"AWM episode files/dirs (default: {REPO_DATA} when it holds episodes, else a synthetic "
-        "AWM-style set written to OUTPUT_DIR/episodes)",
-    )
-    p.add_argument("--max_steps", type=int, default=20, help="optimizer steps per run")
-    p.add_argument("--world_model_coeff", type=float, default=0.05, help="lambda of the ECHO run")
-    p.add_argument("--learning_rate", type=float, default=2e-3)
-    p.add_argument("--per_device_train_batch_size", type=int, default=4)
-    p.add_argument("--eval_steps", type=int, default=5, help="held-out env CE every this many steps (the plot)")
-    p.add_argument("--max_episodes", type=int, default=96, help="use at most this many episodes (bundled data)")
-    p.add_argument("--max_completion_length", type=int, default=2048, help="completion tokens kept per trajectory")
-    p.add_argument(
-        "--keep_tool_schemas",
-        action="store_true",
-        help="keep the full tool schemas in the prompt (AWM's are ~10k tokens: slow on CPU); by default "
-        "only the tool names are rendered",
-    )
-    p.add_argument(
-        "--model_cache_dir",
-        default=None,
-        help="where the tiny model is built once and reused (default: $ECHO_TRL_CACHE, else ~/.cache/echo_trl)",
-    )
-    add_warmup_arguments(p, before="both runs")
-    p.add_argument(
-        "--behavior_policy",
-        choices=DEMO_BEHAVIOR_POLICIES,
-        default="initial",
-        help="behaviour policy of the episodes (they carry no log-probs): the starting model, or the "
-        "policy at each update (see echo-trl train --help)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
@@ -96,7 +46,7 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _demo_episode_files(args: argparse.Namespace, out: Path) -> tuple[list[Path], str, Path | None]:
+def _demo_episode_files(args: DemoArguments, out: Path) -> tuple[list[Path], str, Path | None]:
     """Episode files, a description of where they come from, and a ``splits.json`` if one goes with them."""
     from ..data.episode_files import find_episode_files
 
@@ -140,12 +90,13 @@ def names_only_tools(ds):
     return ds.map(strip)
 
 
-def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out: Path) -> dict[str, Any]:
+def _train_run(
+    name: str, coeff: float, model_path: Path, train, held, args: DemoArguments, out: Path
+) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
-    from ..config import EchoGRPOConfig
     from ..train.world_eval import evaluate_world_model
     from ..trainer import EchoGRPOTrainer
 
@@ -153,29 +104,7 @@ def _train_run(name: str, coeff: float, model_path: Path, train, held, args, out
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     before = evaluate_world_model(model, tokenizer, held, max_completion_length=args.max_completion_length)
-    config = EchoGRPOConfig(
-        output_dir=str(out / name),
-        world_model_coeff=coeff,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        per_device_train_batch_size=args.per_device_train_batch_size,
-        per_device_eval_batch_size=2,
-        num_generations=2,
-        max_completion_length=args.max_completion_length,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        seed=args.seed,
-        eval_strategy="steps",
-        eval_steps=args.eval_steps,
-        disable_tqdm=True,
-        behavior_policy=args.behavior_policy,
-    )
+    config = args.run_config(out / name, world_model_coeff=coeff)
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, eval_dataset=held, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the demo prints its own summary; the logs are in trainer_state.json
     t0 = time.time()
@@ -225,11 +154,11 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: DemoArguments) -> int:
     from ..data.build import build_awm_dataset
     from ..data.cache_dir import cache_home
     from ..progress import quiet_libraries
-    from .warmup import WarmupSettings, warm_up_tiny_model
+    from .warmup import warm_up_tiny_model
 
     quiet_libraries(progress_bars=True, user_warnings=True)
     start = time.time()
@@ -255,13 +184,7 @@ def run_demo(args: argparse.Namespace) -> int:
     model_path, warmup = warm_up_tiny_model(
         model_path,
         train,
-        WarmupSettings(
-            steps=args.warmup_steps,
-            learning_rate=args.warmup_learning_rate,
-            batch_size=args.per_device_train_batch_size,
-            max_completion_length=args.max_completion_length,
-            seed=args.seed,
-        ),
+        args.warmup_settings(),
         log=lambda m: print(m, file=sys.stderr),
     )
     if args.warmup_steps > 0:

@@ -15,8 +15,8 @@ then start from this same checkpoint. The directory appears whole or not at all
 (:func:`~echo_trl.demo.publish.publish_dir`): two demos warming up at once never let a reader see the
 other's half-written weights.
 
-torch, transformers and the tokenizer code load inside the functions that use them: the demo's
-command line (:func:`add_warmup_arguments`) parses without them.
+torch, transformers and the tokenizer code load inside the functions that use them: the commands' warm-up
+flags (:func:`add_warmup_arguments`, :func:`warmup_steps_help`) parse without them.
 """
 
 from __future__ import annotations
@@ -48,19 +48,26 @@ class WarmupSettings:
     seed: int = 0
 
 
-def add_warmup_arguments(parser, *, before: str = "every run") -> None:
-    """``--warmup_steps`` / ``--warmup_learning_rate`` of a command that warms the tiny model up (the demo, the
-    curve script), with :class:`WarmupSettings`' meaning."""
-    parser.add_argument(
-        "--warmup_steps",
-        type=int,
-        default=40,
-        help=f"shared warm-up of the random-init tiny model before {before} (stands in for "
+#: Defaults of the warm-up flags of the commands that warm the tiny model up (the demo, the curve script).
+WARMUP_STEPS = 40
+WARMUP_LEARNING_RATE = 3e-3
+
+
+def warmup_steps_help(before: str) -> str:
+    """The help of ``--warmup_steps`` of a command whose runs start ``before`` ("both runs")."""
+    return (
+        f"shared warm-up of the random-init tiny model before {before} (stands in for "
         "pretraining): next-token training on the train split's context + action tokens, env "
         "outputs removed (echo_trl.demo.warmup); cached next to the tiny model; 0 = start from "
-        "random init",
+        "random init"
     )
-    parser.add_argument("--warmup_learning_rate", type=float, default=3e-3)
+
+
+def add_warmup_arguments(parser, *, before: str = "every run") -> None:
+    """``--warmup_steps`` / ``--warmup_learning_rate`` of an argparse command that warms the tiny model up (the
+    two-stage comparison, the curve script), with :class:`WarmupSettings`' meaning."""
+    parser.add_argument("--warmup_steps", type=int, default=WARMUP_STEPS, help=warmup_steps_help(before))
+    parser.add_argument("--warmup_learning_rate", type=float, default=WARMUP_LEARNING_RATE)
 
 
 def warmup_examples(tokenizer, rows, max_completion_length: int | None = None) -> list[tuple[list[int], list[int]]]:

@@ -233,31 +233,43 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
 
 
 def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
-    from echo_trl.commands.eval_world_model import parse_args
-    from echo_trl.commands.stats import build_parser
+    from echo_trl.commands import build_dataset, capture, eval_world_model, stats
 
-    p = build_parser()
-    assert "--max_length" in p.format_help() and "--trust_remote_code" in p.format_help()
+    assert (
+        "--max_length" in stats.make_parser().format_help()
+        and "--trust_remote_code" in stats.make_parser().format_help()
+    )
     for spelling in ("--max_length", "--max-length"):
-        assert p.parse_args(["ds", "--tokenizer", "t", spelling, "8"]).max_length == 8
-    assert p.parse_args(["ds", "--tokenizer", "t", "--max-length=9", "--trust-remote-code"]).trust_remote_code
+        assert stats.parse_args(["ds", "--tokenizer", "t", spelling, "8"])[1].max_length == 8
+    # a bare switch in front of the positional argument stays a switch
+    dataset, args = stats.parse_args(["--json", "ds", "--tokenizer", "t", "--max-length=9", "--trust-remote-code"])
+    assert dataset == "ds" and args.json and args.trust_remote_code and args.max_length == 9
     for abbreviated in (["--max_len", "8"], ["--trust"], ["--tok", "t"]):
         with pytest.raises(SystemExit) as exc:
-            p.parse_args(["ds", "--tokenizer", "t", *abbreviated])
+            stats.parse_args(["ds", "--tokenizer", "t", *abbreviated])
         assert exc.value.code == 2
-    assert "unrecognized arguments: --max_len" in capsys.readouterr().err
-    ns = parse_args(["--model", "m", "--dataset", "d", "--max-completion-length", "7", "--trust-remote-code"])
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        err[0]
+        == "echo-trl stats: error: unrecognized arguments: --max_len 8 (`echo-trl stats --help` lists the flags)"
+    )
+    assert len(err) == 3  # one line per refusal
+    ns = eval_world_model.parse_args(
+        ["--model", "m", "--dataset", "d", "--max-completion-length", "7", "--trust-remote-code"]
+    )
     assert ns.max_completion_length == 7 and ns.trust_remote_code
     with pytest.raises(SystemExit):
-        parse_args(["--model", "m", "--dataset", "d", "--lim", "3"])
-    # commands that define hyphenated flags show them with underscores and take both spellings
-    from echo_trl.commands import build_dataset, capture
-
-    bp = build_dataset.build_parser()
-    assert "--skip_invalid" in bp.format_help() and "--skip-invalid" not in bp.format_usage()
-    ns = bp.parse_args(["eps", "--output", "o", "--skip_invalid", "--compact-tools", "--push_to_hub", "me/x"])
-    assert ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
+        eval_world_model.parse_args(["--model", "m", "--dataset", "d", "--lim", "3"])
+    # flags defined with underscores take both spellings
+    inputs, ns = build_dataset.parse_args(
+        ["eps", "--output", "o", "--skip_invalid", "--compact-tools", "--push_to_hub", "me/x"]
+    )
+    assert inputs == ["eps"] and ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
+    with pytest.raises(SystemExit):
+        build_dataset.parse_args(["eps", "--output", "o", "--skip"])
+    # capture (still on its argparse parser): flags defined with hyphens are shown with underscores, take both
     cp = capture.build_parser()
+    assert "--task_idx" in cp.format_help() and "--task-idx" not in cp.format_usage()
     ns = cp.parse_args(
         [
             "--data",
@@ -277,8 +289,6 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
         ]
     )
     assert ns.task_idx == [1, 2] and ns.max_steps == 3
-    with pytest.raises(SystemExit):
-        bp.parse_args(["eps", "--output", "o", "--skip"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ meets them; then a property over generated flag combinations of every sub-comman
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import json
@@ -162,16 +163,28 @@ MISSING = "/nonexistent/echo-trl-misuse"
 
 @functools.cache
 def _options(command: str) -> list[tuple[str, bool]]:
-    """(flag, takes a value) of every long option of ``command``'s parser."""
-    if command in TRAINING:
-        parser = importlib.import_module(COMMANDS[command][0]).make_parser()
-    else:
-        parser = importlib.import_module(COMMANDS[command][0]).build_parser()
-    parser.format_help()  # echo-trl parsers register their underscore spellings here
+    """(flag, takes a value) of every long option of ``command``: one per field of its dataclasses (a switch takes
+    an optional value), plus the ``--no_`` complement of a switch that defaults to true."""
+    module = importlib.import_module(COMMANDS[command][0])
+    if command == "capture":  # still on its argparse parser until it moves to echo_trl.command_line
+        return _argparse_options(module.build_parser())
+    out = []
+    for dtype in module.make_parser().dataclass_types:
+        for f in dataclasses.fields(dtype):
+            if f.init and not (command in TRAINING and f"--{f.name}" in TRAIN_SKIPPED):
+                out.append((f"--{f.name}", True))
+                if f.default is True:
+                    out.append((f"--no_{f.name}", False))
+    return out
+
+
+def _argparse_options(parser) -> list[tuple[str, bool]]:
+    """capture's options, read from argparse's action list (the parser has no dataclasses yet)."""
+    parser.format_help()  # registers the underscore spellings
     out = []
     for action in parser._actions:
         longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
-        if longs and not (command in TRAINING and longs[0] in TRAIN_SKIPPED):
+        if longs:
             out.append((longs[0], action.nargs != 0))
     return out
 

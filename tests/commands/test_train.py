@@ -190,8 +190,9 @@ def test_config_file_errors_are_one_line(assets, tmp_path, capsys):
 def test_flags_are_never_abbreviated(assets, tmp_path, capsys):
     root, model, _ = assets
     # a usage error instead of silently --max_steps 3
-    assert cli_main(_flags(root, model, tmp_path / "o", "--max_step", "3")) == 2
-    assert "error: unrecognized arguments: --max_step 3 (" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli_main(_flags(root, model, tmp_path / "o", "--max_step", "3"))
+    assert exc.value.code == 2 and "error: unrecognized arguments: --max_step 3 (" in capsys.readouterr().err
     parser = train_cmd.make_parser()  # the hyphen spelling is an alias of TRL's underscore one
     assert parser.parse_known_args(["--max-steps", "4", "--output_dir", "x"])[0].max_steps == 4
 
