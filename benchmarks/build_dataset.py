@@ -1,14 +1,15 @@
 """Build + tokenize throughput: exact whole-conversation tokenization vs per-segment (the seeds' way).
 
-Episodes are AWM-size: the real captured e_commerce_33 episode with full tool schemas built
-from that scenario's AWM-1K API spec (from ../shared/data when present), else a synthetic
-episode of the same shape (39 tools, 6 steps). Each episode gets distinct ids/text in its
+Episodes are AWM-size: a real captured e_commerce_33 episode (``--episode FILE``) with full tool
+schemas built from that scenario's AWM-1K API spec (``--awm1k_samples DIR``, a directory of AWM-1K
+files holding ``gen_spec.jsonl``), both given; else a synthetic episode of the same shape (39 tools,
+6 steps). Each episode gets distinct ids/text in its
 outputs so nothing is trivially repeated except what AWM repeats: the scenario's tool preamble.
 
 Per-segment tokenization cuts the rendered text at role boundaries and tokenizes each piece
 alone; it is timed on the same episodes and its ids are compared with the exact ones (drift).
 
-    python benchmarks/build_dataset.py [--quick] [--json]
+    python benchmarks/build_dataset.py [--quick] [--json] [--awm1k_samples DIR --episode FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
-from common import SHARED_DATA, alternate, median, parser, report  # noqa: E402
+from common import alternate, median, parser, report  # noqa: E402
 
 from echo_trl.data.build import build_awm_dataset  # noqa: E402
 from echo_trl.data.schema import row_to_trajectory  # noqa: E402
@@ -33,11 +34,9 @@ from echo_trl.demo.tiny import build_tiny_tokenizer  # noqa: E402
 from echo_trl.tokens.tokenization import layout, tokenize_batch  # noqa: E402
 
 
-def spec_tools(scenario: str) -> list[dict] | None:
-    """MCP tool objects (name, description, inputSchema) from an AWM-1K API spec, if available."""
-    path = SHARED_DATA / "awm1k_samples" / "gen_spec.jsonl"
-    if not path.exists():
-        return None
+def spec_tools(samples: Path, scenario: str) -> list[dict] | None:
+    """MCP tool objects (name, description, inputSchema) from ``samples/gen_spec.jsonl``, None without the scenario."""
+    path = samples / "gen_spec.jsonl"
     for line in path.read_text().splitlines():
         spec = json.loads(line)
         if spec["scenario"] != scenario:
@@ -110,14 +109,16 @@ def synthetic_episode(rng: random.Random) -> dict:
     }
 
 
-def base_episode() -> tuple[dict, str]:
-    captured = SHARED_DATA / "awm_episodes" / "e_commerce_33_task0_captured.json"
-    tools = spec_tools("e_commerce_33")
-    if captured.exists() and tools:
-        ep = json.loads(captured.read_text())
-        ep["tools"] = tools
-        return ep, "real e_commerce_33 episode + its AWM-1K tool schemas"
-    return synthetic_episode(random.Random(0)), "synthetic AWM-shaped episode (../shared/data absent)"
+def base_episode(samples: Path | None, captured: Path | None) -> tuple[dict, str]:
+    """The captured episode with its scenario's AWM-1K tool schemas when both are given, else a synthetic one."""
+    if samples is None or captured is None:
+        return synthetic_episode(random.Random(0)), "synthetic AWM-shaped episode (no --awm1k_samples/--episode)"
+    ep = json.loads(captured.read_text())
+    tools = spec_tools(samples, ep["scenario"])
+    if tools is None:
+        raise SystemExit(f"build_dataset.py: error: {samples / 'gen_spec.jsonl'}: no API spec of {ep['scenario']!r}")
+    ep["tools"] = tools
+    return ep, f"real {ep['scenario']} episode + its AWM-1K tool schemas"
 
 
 def variants(ep: dict, n: int) -> list[dict]:
@@ -146,10 +147,19 @@ def per_segment_ids(tokenizer, trajectory) -> list[int]:
 
 
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--awm1k_samples", type=Path, help="directory of AWM-1K files with gen_spec.jsonl")
+    p.add_argument("--episode", type=Path, help="a captured AWM episode (JSON) of a scenario in --awm1k_samples")
+    args = p.parse_args()
+    if (args.awm1k_samples is None) != (args.episode is None):
+        p.error("give --awm1k_samples and --episode together (or neither, for the synthetic episode)")
+    if args.awm1k_samples is not None and not (args.awm1k_samples / "gen_spec.jsonl").is_file():
+        p.error(f"--awm1k_samples {args.awm1k_samples}: no gen_spec.jsonl there")
+    if args.episode is not None and not args.episode.is_file():
+        p.error(f"--episode {args.episode}: no such file")
     n = 64 if args.quick else 256
     repeats = 3 if args.quick else 5
-    ep, source = base_episode()
+    ep, source = base_episode(args.awm1k_samples, args.episode)
     eps = variants(ep, n)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "episodes.jsonl"

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 def parser(description: str) -> argparse.ArgumentParser:

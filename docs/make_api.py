@@ -1,46 +1,31 @@
-"""Write ``docs/api.md``, the API reference, from the docstrings of echo_trl's public objects.
+"""Write ``docs/api.md``, the API reference, from the docstrings of echo_trl's public names.
 
     python docs/make_api.py            # rewrite docs/api.md
     python docs/make_api.py --check    # exit 1 if docs/api.md is out of date (CI)
 
-The package says what is public: ``echo_trl.__all__``, then the ``__all__`` of every module of the package
-that declares one (a name documented once: one ``echo_trl`` exports is not repeated under its module). Each
-class and function gets its signature and docstring; ``EchoGRPOConfig`` also gets a table of its ECHO fields
-with their defaults and ``help`` texts (the same text ``echo-trl train --help`` prints).
+Public means exported by a public package: ``echo_trl.__all__`` and ``echo_trl.envs.awm.__all__``, nothing
+else (the modules behind them are internals and may move). Each entry is named by the package that exports
+it, so the reference does not change when an implementation moves between modules. Each class and function
+gets its signature and docstring, a constant its value; the two configs also get a table of the fields they
+add to TRL's config, with their defaults and ``help`` texts (the same text ``--help`` prints).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import importlib
 import inspect
 import sys
 from pathlib import Path
 
-from trl import GRPOConfig
-
-import echo_trl
+from trl import GRPOConfig, SFTConfig
 
 OUT = Path(__file__).resolve().parent / "api.md"
-
-
-def _declares_all(node: ast.stmt) -> bool:
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]  # (Ann/Aug)Assign
-    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
-
-
-def public_modules(package) -> list[str]:
-    """The modules of ``package`` that declare ``__all__`` at top level (read from their source: nothing is
-    imported to find them), the package itself first."""
-    root = Path(package.__file__).parent
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        if any(_declares_all(node) for node in ast.parse(path.read_text(encoding="utf-8")).body):
-            parts = path.relative_to(root.parent).with_suffix("").parts
-            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return sorted(found, key=lambda name: (name != package.__name__, name))
+#: The packages whose ``__all__`` is the public API, in the order documented.
+PUBLIC_PACKAGES = ("echo_trl", "echo_trl.envs.awm")
+#: Config classes whose own fields get a table: the class name and the TRL config it extends.
+CONFIG_BASES = {"EchoGRPOConfig": GRPOConfig, "EchoSFTConfig": SFTConfig}
 
 
 def _signature(obj) -> str:
@@ -55,8 +40,8 @@ def _doc(obj) -> str:
     return inspect.cleandoc(obj.__doc__) if obj.__doc__ else "*(no docstring)*"
 
 
-def _config_fields(cls) -> list[str]:
-    base = {f.name for f in dataclasses.fields(GRPOConfig)}
+def _config_fields(cls, base_cls) -> list[str]:
+    base = {f.name for f in dataclasses.fields(base_cls)}
     rows = ["| field | default | help |", "|---|---|---|"]
     for f in dataclasses.fields(cls):
         if f.name in base:
@@ -68,15 +53,18 @@ def _config_fields(cls) -> list[str]:
 
 
 def _entry(qualname: str, obj) -> list[str]:
-    kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "object"
     lines = [f"### `{qualname}`", ""]
-    if kind in ("class", "function"):
-        name = qualname.rsplit(".", 1)[-1]
-        sig = _signature(obj)
-        lines += ["```python", f"{kind if kind == 'class' else 'def'} {name}{sig}", "```", ""]
-    lines += [_doc(obj), ""]
-    if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__name__ == "EchoGRPOConfig":
-        lines += ["ECHO fields (every `trl.GRPOConfig` field is accepted too):", "", *_config_fields(obj), ""]
+    if not callable(obj):  # a constant: its value when short, else its type
+        value = repr(obj)
+        kind = f"`{type(obj).__module__}.{type(obj).__qualname__}`"
+        return [*lines, f"A constant: `{value}`." if len(value) <= 100 else f"A constant of type {kind}.", ""]
+    name = qualname.rsplit(".", 1)[-1]
+    keyword = "class" if inspect.isclass(obj) else "def"
+    lines += ["```python", f"{keyword} {name}{_signature(obj)}", "```", "", _doc(obj), ""]
+    base_cls = CONFIG_BASES.get(getattr(obj, "__name__", ""))
+    if base_cls is not None and dataclasses.is_dataclass(obj):
+        title = f"Fields it adds (every `trl.{base_cls.__name__}` field is accepted too):"
+        lines += [title, "", *_config_fields(obj, base_cls), ""]
     return lines
 
 
@@ -84,21 +72,16 @@ def render() -> str:
     lines = [
         "# API reference",
         "",
-        "Generated from the docstrings by `python docs/make_api.py`; do not edit by hand.",
+        "The public API: what `echo_trl` and `echo_trl.envs.awm` export (their `__all__`). Generated from the",
+        "docstrings by `python docs/make_api.py`; do not edit by hand.",
         "",
     ]
-    documented: set[int] = set()
-    for module_name in public_modules(echo_trl):
-        module = importlib.import_module(module_name)
-        entries = []
-        for name in module.__all__:
-            obj = getattr(module, name)
-            if callable(obj) and id(obj) not in documented:  # classes and functions (not constants)
-                documented.add(id(obj))
-                entries += _entry(f"{module_name}.{name}", obj)
-        if entries:
-            summary = inspect.cleandoc(module.__doc__ or "").split("\n\n")[0]
-            lines += [f"## `{module_name}`", "", summary, "", *entries]
+    for package_name in PUBLIC_PACKAGES:
+        package = importlib.import_module(package_name)
+        summary = inspect.cleandoc(package.__doc__ or "").split("\n\n")[0]
+        lines += [f"## `{package_name}`", "", summary, ""]
+        for name in package.__all__:
+            lines += _entry(f"{package_name}.{name}", getattr(package, name))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -14,14 +14,15 @@ every scenario: :mod:`echo_trl.envs.awm.online.agent`), the format the Arctic-AW
 
 Every ``echo-trl train`` flag (``EchoGRPOConfig`` and TRL's ``ModelConfig``, ``--config YAML``,
 ``--use_peft``) works here; the AWM flags below replace ``--dataset_name`` (the prompts are the
-scenario's tasks).
+scenario's tasks). ``path/to/awm1k_samples`` below stands for a directory of AWM-1K files
+(``gen_*.jsonl``, from the Hub dataset ``Snowflake/AgentWorldModel-1K``) holding ``content_platform_1``.
 
     python examples/train_online_awm.py --model_name_or_path Qwen/Qwen3-0.6B \\
         --awm_data data/awm_scenarios --awm_scenario library_1 --output_dir runs/online \\
         --num_generations 4 --per_device_train_batch_size 4 --max_completion_length 1024
 
     python examples/train_online_awm.py --model_name_or_path Qwen/Qwen3-0.6B \\
-        --awm_data data/awm_scenarios ../shared/data/awm1k_samples \\
+        --awm_data data/awm_scenarios path/to/awm1k_samples \\
         --awm_scenario library_1 content_platform_1 --awm_max_servers 4 --output_dir runs/online2 \\
         --num_generations 4 --per_device_train_batch_size 8 --max_completion_length 1024
 
