@@ -31,11 +31,26 @@ def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
     assert args.behavior_policy == "initial"
 
 
-def test_demo_behavior_policies_are_the_configs():
-    from echo_trl.config import BEHAVIOR_POLICIES, EchoGRPOConfig
+@pytest.mark.parametrize(
+    ("policy", "documented"), [("initial", True), ("current", True), ("recorded", False), ("Initial", False)]
+)
+def test_the_demo_takes_exactly_the_behavior_policies_the_trainer_takes(policy, documented, tmp_path, capsys):
+    """The demo's parser keeps its own copy of the choices (``--help`` must not load TRL): each value is accepted
+    by both the demo and ``EchoGRPOConfig`` or refused by both, and the two documented values are accepted."""
+    from helpers.trainer import tiny_config
 
-    assert demo_run.DEMO_BEHAVIOR_POLICIES == BEHAVIOR_POLICIES
-    assert EchoGRPOConfig.__dataclass_fields__["behavior_policy"].default == "initial"
+    try:
+        tiny_config(tmp_path, behavior_policy=policy)
+        trainer_takes = True
+    except (ValueError, EchoTrlError):
+        trainer_takes = False
+    try:
+        demo_takes = demo_run.parse_demo_args(["--behavior_policy", policy]).behavior_policy == policy
+    except SystemExit:
+        demo_takes = False
+    capsys.readouterr()
+    assert demo_takes == trainer_takes == documented
+    assert demo_run.parse_demo_args([]).behavior_policy == tiny_config(tmp_path).behavior_policy  # one default
 
 
 def test_demo_end_to_end_small(episodes, tmp_path, capsys):
