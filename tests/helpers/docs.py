@@ -158,7 +158,7 @@ def user_shell(tmp_path: Path):
     bubblewrap). Yields ``(directory, environment, hub, guard)``: the two counters of Hub attempts."""
     import torch
 
-    from echo_trl.envs.awm import sandbox
+    from echo_trl.sandbox import bwrap as sandbox
 
     work, env = _workdir(tmp_path)
     hub = CountingEndpoint()  # HF_ENDPOINT, read when called: echo_trl's own probe, and the console-script run
