@@ -819,9 +819,7 @@ def test_real_fp16_logit_overflow_stops_training_with_finite_weights(tmp_path, r
     with torch.no_grad():
         model.model.norm.weight.mul_(2e4)
         model.lm_head.weight.mul_(10)  # tied to the input embeddings
-    with pytest.raises(
-        EchoTrlError, match=r"echo_initial_logprobs\[0\]: the starting model's log-prob is nan"
-    ):
+    with pytest.raises(EchoTrlError, match=r"echo_initial_logprobs\[0\]: the starting model's log-prob is nan"):
         batch(make_trainer(tmp_path, model=model, world_model_coeff=0.05))
     trainer = make_trainer(tmp_path, model=model, world_model_coeff=0.05, behavior_policy="current")
     inputs = batch(trainer)
