@@ -143,6 +143,7 @@ def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer
         f"{'end the episode' if args.stop_on_format_error else 'the episode goes on'}",
         f"this run: {run['episodes']} episodes in {run['seconds']}s ({run['episodes_per_s']} episodes/s, "
         f"concurrency {run['concurrency']}); {run['already_there']} were already in the output",
+        *(f"repaired: {r}" for r in run.get("repaired", [])),
         *summary_lines(summary),
         align,
         f"containment: {'; '.join(containment.applied())}",

@@ -177,6 +177,7 @@ def collect(
         "episodes_per_s": round(store.written / elapsed, 3) if elapsed > 0 else None,
         "concurrency": settings.concurrency,
         "server_starts": stats.starts,
+        "repaired": list(store.repaired),
     }
     write_summary(out, summary)
     return CollectionResult(out, summary, tasks, not_runnable, containment, dict(stats.databases))
