@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-__all__ = ["StrictJSONError", "dumps", "loads", "non_finite_path"]
+__all__ = ["StrictJSONError", "dumps", "loads", "non_finite_path", "scrub"]
 
 
 class StrictJSONError(ValueError):
@@ -68,3 +69,30 @@ def non_finite_path(value: Any, path: str = "") -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
     return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(value: Any) -> tuple[Any, bool]:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD, and whether any was:
+    JSON escapes such as ``"\\ud800"`` decode to them, and UTF-8 cannot write them."""
+    changed = False
+
+    def clean(item: Any) -> Any:
+        nonlocal changed
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                changed = True
+                return _SURROGATE.sub("\ufffd", item)
+            return item
+        if isinstance(item, dict):
+            return {clean(k): clean(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [clean(v) for v in item]
+        return item
+
+    try:
+        return clean(value), changed
+    except RecursionError:
+        raise StrictJSONError("nested too deeply to read") from None
