@@ -74,9 +74,9 @@ def _id_problem(ids: list[int] | None, where: str) -> str:
     return "" if bad is None else f"{where}[{bad}]: {ids[bad]} is no token id (0..{MAX_TOKEN_ID})"
 
 
-def _logprob(value: Any, where: str) -> tuple[float, str]:
-    """(the log-prob, why it cannot be one or "")."""
-    _expect(value, (int, float), where, "a number")
+def _logprob(value: Any, field: str, where: str) -> tuple[float, str]:
+    """(the log-prob, why it cannot be one or ""); not a number at all: a :class:`PolicyError` naming ``field``."""
+    _expect(value, (int, float), field, "a number")
     try:
         number = float(value)
     except OverflowError:
@@ -130,7 +130,7 @@ def sampled_turn(response: Any) -> SampledTurn:
         for i, e in enumerate(entries):
             here = f"choices[0].logprobs.content[{i}]"
             _expect(e, dict, here, "an object")
-            value, problem = _logprob(e.get("logprob"), f"logprobs[{i}]")
+            value, problem = _logprob(e.get("logprob"), f"{here}.logprob", f"logprobs[{i}]")
             logprobs.append(value)
             if problem and not any(p.startswith("logprobs[") for p in problems):
                 problems.append(problem)
