@@ -285,7 +285,8 @@ class CaptureArguments:
         non_negative_number("retry_backoff", self.retry_backoff)
         non_negative_number("temperature", self.temperature)
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float) or not 0 < self.top_p <= 1:
-            raise FlagValueError(f"argument --top_p: expected a number in (0, 1], got {str(self.top_p)!r}")
+            shown = str(self.top_p).removesuffix(".0")  # as the user wrote it (argparse made 0 into 0.0)
+            raise FlagValueError(f"argument --top_p: expected a number in (0, 1], got {shown!r}")
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise FlagValueError(f"argument --max_retries: expected an integer >= 0, got {str(self.max_retries)!r}")
         if self.episodes is not None and self.episodes < 1:
