@@ -4,7 +4,8 @@ Why: an API key with a stray newline was printed whole in a header error, and a 
 ``Authorization`` header was printed verbatim. Every error line (``echo-trl CMD: error: ...``), capture log
 line, summary and episode note passes through :func:`redact`, which replaces each secret registered with
 :func:`register_secret` (the API key, also as ``repr`` writes it) and the value of any ``Authorization`` /
-``Bearer`` credential, whoever wrote it. Imports nothing of echo_trl (any layer may use it).
+``Bearer`` credential and the password of a URL (``https://user:PASSWORD@host``), whoever wrote it.
+Imports nothing of echo_trl (any layer may use it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ _AUTHORIZATION = re.compile(
 )
 
 
+# the password of a URL's user information (https://user:PASSWORD@host)
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
+
+
 def register_secret(value: str | None) -> None:
     """Redact ``value`` (and its ``repr`` spelling, its stripped form) from everything :func:`redact` sees."""
     if not value:
@@ -43,4 +48,5 @@ def redact(text: str) -> str:
     for secret in secrets:
         text = text.replace(secret, MASK)
     text = _CREDENTIAL.sub(lambda m: f"{m[1] or m[2]}{MASK}", text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m[1]}{MASK}@", text)
     return _AUTHORIZATION.sub(lambda m: f"{m[1]}{MASK}", text)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
+from ..redact import redact
 from .capture_args import CaptureArguments
 
 
@@ -200,7 +201,12 @@ def build_policy(args: CaptureArguments):
         from ..tokens.size_limit import set_max_rendered_chars
 
         set_max_rendered_chars(tokenizer, args.max_rendered_chars)
-    sampler = {"server": client.base, "model": args.model, "temperature": args.temperature, "top_p": args.top_p}
+    sampler = {
+        "server": redact(client.base),
+        "model": args.model,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+    }
     return policy, sampler, tokenizer
 
 
@@ -208,7 +214,6 @@ def align(args: CaptureArguments, tokenizer, record: dict) -> None:
     """Align the record's sampled turns (``behavior_logprobs`` or flagged turns). An episode that cannot be
     rendered for the comparison (over ``--max_rendered_chars``, a field the dataset builder refuses) is kept,
     flagged with the reason, without log-probs: one episode never stops the run."""
-    from ..redact import redact
     from ..tokens.sampled import Alignment, TurnCheck, align_record, apply_alignment
 
     try:

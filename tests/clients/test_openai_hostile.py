@@ -128,3 +128,6 @@ def test_redact_covers_registered_keys_and_any_authorization_or_bearer_value():
     text = redact("sent 'sk-registered-42\\n' with Authorization: Bearer abc.def and authorization=xyz")
     assert "sk-registered-42" not in text and "abc.def" not in text and "xyz" not in text
     assert redact("token ids differ at token 3 (basic test)") == "token ids differ at token 3 (basic test)"
+    assert (
+        redact("server https://me:hunter2x@api.example/v1 failed") == f"server https://me:{MASK}@api.example/v1 failed"
+    )
