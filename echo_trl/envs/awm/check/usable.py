@@ -12,6 +12,7 @@ changed since (another digest), is a one-line error asking for a new check, neve
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,9 @@ from ....errors import EchoTrlError
 from ..scenario.source import Scenario
 from .report import CHECK_VERSION, REPORT_FILE, REPORT_KIND, scenario_digest, task_ranges
 
-__all__ = ["ScenarioReport", "Skipped", "usable_selection"]
+__all__ = ["ScenarioReport", "Skipped", "as_report", "screen_scenarios", "usable_selection"]
+
+logger = logging.getLogger(__name__)
 
 
 class ReportError(EchoTrlError):
@@ -165,3 +168,38 @@ def usable_selection(
             kept.append(sc)
             kept_tasks[sc.name] = ks
     return kept, kept_tasks, skipped
+
+
+def as_report(report: ScenarioReport | dict[str, Any] | str | Path | None) -> ScenarioReport | None:
+    """A :class:`ScenarioReport` from a loaded one, a report dict, or the path of a report (or its directory)."""
+    if report is None or isinstance(report, ScenarioReport):
+        return report
+    if isinstance(report, dict):
+        return ScenarioReport.from_report(report)
+    return ScenarioReport.load(report)
+
+
+def screen_scenarios(
+    scenarios: Sequence[Scenario],
+    report: ScenarioReport | dict[str, Any] | str | Path | None,
+    *,
+    include_unusable: bool = False,
+    caller: str = "AWM environments",
+) -> tuple[list[Scenario], dict[tuple[str, int], str]]:
+    """For the online environment factories: the scenarios to serve, and ``{(scenario, task_idx): why}`` of the
+    tasks a rollout may not start (their environment refuses such a row at ``reset``).
+
+    Without a report everything is kept. Scenarios left out are logged (a warning naming them and why).
+    """
+    loaded = as_report(report)
+    if loaded is None:
+        return list(scenarios), {}
+    kept, _, skipped = usable_selection(loaded, scenarios, include_unusable=include_unusable)
+    dropped = {sc.name: skipped.scenarios.get(sc.name, "no usable task") for sc in scenarios if sc not in kept}
+    if dropped:
+        names = "; ".join(f"{n} ({why})" for n, why in sorted(dropped.items()))
+        logger.warning(
+            "%s: left out %d scenario(s) the scenario report marks unusable: %s", caller, len(dropped), names
+        )
+    blocked = {} if include_unusable else {key: f"{o}: {r}" for key, (o, r) in skipped.tasks.items()}
+    return kept, blocked
