@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.awm_defects import ALREADY_SATISFIED, serverless_scenario, write_scenarios
+from helpers.awm_defects import ALREADY_SATISFIED, REPO, serverless_scenario, write_scenarios
 
 from echo_trl.commands.cli import main as cli
 from echo_trl.envs.awm.check.report import comparable
@@ -27,6 +27,7 @@ def _run(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+@pytest.mark.sandbox  # the verifiers run contained
 def test_table_report_and_rerun(data, tmp_path, capsys):
     code, out, err = _run(capsys, data, "--output", tmp_path / "check")
     assert code == 0, err
@@ -46,6 +47,7 @@ def test_table_report_and_rerun(data, tmp_path, capsys):
     assert comparable(again) == comparable(first)
 
 
+@pytest.mark.sandbox  # the verifiers run contained
 def test_changed_data_is_checked_again(data, tmp_path, capsys):
     assert _run(capsys, data, "--output", tmp_path / "check")[0] == 0
     changed = serverless_scenario()
@@ -58,6 +60,7 @@ def test_changed_data_is_checked_again(data, tmp_path, capsys):
     assert report["scenarios"][0]["tasks"][0]["outcome"] == "ok"
 
 
+@pytest.mark.sandbox  # the verifiers run contained
 def test_config_file_and_scenario_flag(data, tmp_path, capsys):
     config = tmp_path / "check.yaml"
     config.write_text(f"output: {tmp_path / 'from_config'}\nscenario: [library_no_server]\nverifier_timeout: 20\n")
@@ -90,7 +93,39 @@ def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, argv, message)
     assert message.format(**values) in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.sandbox  # the verifiers run contained
 def test_a_rerun_with_other_settings_is_refused(data, tmp_path, capsys):
     assert _run(capsys, data, "--output", tmp_path / "check")[0] == 0
     code, _, err = _run(capsys, data, "--output", tmp_path / "check", "--verifier_timeout", "5")
     assert code == 2 and "verifier_timeout=30.0, this run asks 5.0" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--check", "--scenario_report", "{report}"], "--scenario-report and --check contradict each other"),
+        (["--include_unusable"], "--include-unusable needs --scenario-report PATH or --check"),
+        (["--scenario_report", "{garbage}"], "{garbage}: not a readable JSON report"),
+        (["--scenario_report", "{missing}"], "{missing}/scenario_report.json: no such file"),
+        (["--scenario_report", "{report}"], "has no result for scenario 'library_1' (it covers 0)"),
+    ],
+)
+def test_capture_screening_flags_refuse_in_one_line(tmp_path, capsys, flags, message):
+    """capture's --scenario_report / --check / --include_unusable: a bad combination or report is one line, exit 2,
+    before any server starts."""
+    from echo_trl.envs.awm.check.report import CHECK_VERSION, REPORT_KIND
+
+    values = {"report": tmp_path / "r.json", "garbage": tmp_path / "g.json", "missing": tmp_path / "nothing"}
+    values["missing"].mkdir()
+    values["report"].write_text(json.dumps({"report": REPORT_KIND, "version": CHECK_VERSION, "scenarios": []}))
+    values["garbage"].write_text("{not json")
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"scenario": "library_1", "task_idx": 0, "calls": []}) + "\n")
+    argv = ["capture", "--data", str(REPO / "data" / "awm_scenarios"), "--scenario", "library_1"]
+    argv += ["--policy", f"replay:{script}", "--output", str(tmp_path / "out"), *(f.format(**values) for f in flags)]
+    try:
+        code, err = cli(argv), capsys.readouterr().err
+    except SystemExit as exc:  # usage errors: argparse's exit
+        code, err = exc.code, capsys.readouterr().err
+    assert code == 2 and message.format(**values) in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.jsonl"))

@@ -28,6 +28,7 @@ from echo_trl.envs.awm.scenario.source import ScenarioSource
 
 UPSTREAM = REPO / "tests" / "fixtures" / "upstream_awm"
 OFFICIAL = json.loads((UPSTREAM / "official_reset_db.json").read_text(encoding="utf-8"))
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]  # starts contained scenario servers and verifier processes
 
 
 def _check(data: Path, output: Path, **kwargs) -> dict:

@@ -20,6 +20,8 @@ from echo_trl.envs.awm.scenario.source import ScenarioError, ScenarioSource
 
 SATISFIED, BROKEN = "library_already_satisfied", "library_server_fails"
 
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]  # starts contained scenario servers and verifier processes
+
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):

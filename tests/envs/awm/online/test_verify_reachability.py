@@ -20,6 +20,7 @@ from echo_trl.envs.awm.runtime.pool import ServerPool
 from echo_trl.envs.awm.scenario.source import ScenarioSource
 
 NAME = "library_already_satisfied"
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]  # starts contained scenario servers and verifier processes
 
 
 @pytest.fixture(scope="module")
