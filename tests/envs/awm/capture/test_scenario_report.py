@@ -12,6 +12,7 @@ import json
 import pytest
 from helpers.awm_defects import defective_scenarios, write_scenarios
 
+from echo_trl.data.records import load_awm_episodes
 from echo_trl.envs.awm.capture.run import CollectionSettings, collect
 from echo_trl.envs.awm.policies.replay import ReplayPolicy
 from echo_trl.envs.awm.scenario.source import ScenarioSource
@@ -47,6 +48,9 @@ def test_check_first_then_skip_what_it_marks_unusable(setup):
     assert result.summary["episodes"] == 1 and result.summary["outcomes"] == {"others": 1}
     report = json.loads((out / "scenario_report.json").read_text())  # the check's report, beside the episodes
     assert sorted(r["scenario"] for r in report["scenarios"]) == [SATISFIED, BROKEN]
+    # the check's files beside the episodes are not read as episodes (build-dataset reads this directory)
+    episodes, bad = load_awm_episodes([out])
+    assert [(t.scenario, t.task_idx) for t in episodes] == [(SATISFIED, 1)] and bad == []
 
     # kept on request (the report of that run, given by its directory): doing nothing scores "complete"
     kept = collect(
