@@ -64,3 +64,30 @@ def test_factories_leave_out_unusable_scenarios_and_refuse_unusable_tasks(checke
         assert kept.get_reward() == 1.0
         with pytest.raises(ScenarioError, match="marks it .* unusable"):
             awm_environment_factory(broken, pool=pool, scenario_report=report)
+
+
+def test_the_online_example_checks_first_and_leaves_out_what_is_unusable(checked, tmp_path, capsys):
+    """examples/train_online_awm.py --awm_check: the check runs into the output directory before any model is
+    loaded, and task 0 of both scenarios (an unstartable server, an already satisfied task) is left out: nothing is
+    left to train on, which is refused in one line after saying what was skipped and why."""
+    import importlib.util
+    import sys
+
+    from helpers.awm_defects import REPO
+
+    from echo_trl.errors import EchoTrlError
+
+    report = checked[2]  # the fixture's data lies beside its check
+    spec = importlib.util.spec_from_file_location("train_online_awm", REPO / "examples" / "train_online_awm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    argv = ["--model_name_or_path", str(tmp_path / "no_model_needed"), "--output_dir", str(tmp_path / "out")]
+    argv += ["--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
+    argv += ["--awm_data", str(report.parent / "data"), "--awm_scenario", SATISFIED, BROKEN, "--awm_tasks", "0"]
+    with pytest.raises(EchoTrlError, match="marks every scenario and task asked for unusable"):
+        module.main([*argv, "--awm_check"])
+    err = capsys.readouterr().err
+    assert f"scenario report: skipped: 1 scenario(s): {BROKEN} (server not started:" in err
+    assert f"scenario report: skipped: 1 task(s) already_satisfied: {SATISFIED} task 0" in err
+    assert (tmp_path / "out" / "scenario_check" / "0" / "scenario_report.json").is_file()
