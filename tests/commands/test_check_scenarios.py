@@ -129,3 +129,38 @@ def test_capture_screening_flags_refuse_in_one_line(tmp_path, capsys, flags, mes
         code, err = exc.code, capsys.readouterr().err
     assert code == 2 and message.format(**values) in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.jsonl"))
+
+
+@pytest.mark.sandbox  # the verifiers run contained
+def test_a_hub_dataset_id_is_read_through_the_hf_cache(data, tmp_path, capsys, monkeypatch):
+    """DATA as a Hub dataset id: the files come through huggingface_hub's cache (offline here), as capture --hub
+    reads them, and the report names the Hub dataset as its source."""
+    import os
+
+    import huggingface_hub.constants as hc
+
+    from echo_trl.envs.awm.scenario.source import FILES
+
+    repo = "someone/awm-copy"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cache = tmp_path / "hub"
+    snap = cache / ("datasets--" + repo.replace("/", "--")) / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text(commit)
+    for f in data.glob("gen_*.jsonl"):
+        os.symlink(f, snap / f.name)
+    # offline, a file the cache lacks may or may not be on the Hub: the dataset's repository has every file
+    for name in FILES.values():
+        if not (snap / name).exists():
+            (snap / name).write_text("")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)  # "someone/awm-copy" is no local path here
+    code, out, err = _run(capsys, repo, "--output", tmp_path / "check", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    local = json.loads(_run(capsys, data, "--output", tmp_path / "local", "--json")[1])
+    assert report["source"] == f"hf://datasets/{repo}"
+    assert comparable(report)["scenarios"] == comparable(local)["scenarios"]  # the same files, the same findings
