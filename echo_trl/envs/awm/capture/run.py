@@ -215,6 +215,8 @@ def collect(
         "concurrency": settings.concurrency,
         "server_starts": stats.starts,
     }
-    write_summary(out, summary)
     skipped_lines = skipped.lines(hint="--include_unusable")
+    if skipped_lines:  # what this run's scenario report left out (or kept although unusable), and why
+        summary["run"]["scenario_report"] = skipped_lines
+    write_summary(out, summary)
     return CollectionResult(out, summary, tasks, not_runnable, containment, dict(stats.databases), skipped_lines)

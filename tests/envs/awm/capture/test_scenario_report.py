@@ -46,6 +46,8 @@ def test_check_first_then_skip_what_it_marks_unusable(setup):
     assert result.skipped[0].startswith(f"skipped: 1 scenario(s): {BROKEN} (server not started:")
     assert result.skipped[1] == f"skipped: 1 task(s) already_satisfied: {SATISFIED} task 0"
     assert result.summary["episodes"] == 1 and result.summary["outcomes"] == {"others": 1}
+    written = json.loads((out / "capture_summary.json").read_text())  # said in the summary file too
+    assert written["run"]["scenario_report"] == result.skipped
     report = json.loads((out / "scenario_report.json").read_text())  # the check's report, beside the episodes
     assert sorted(r["scenario"] for r in report["scenarios"]) == [SATISFIED, BROKEN]
     # the check's files beside the episodes are not read as episodes (build-dataset reads this directory)
