@@ -33,7 +33,12 @@ class ReportError(EchoTrlError):
 
 @dataclass(frozen=True)
 class ScenarioReport:
-    """A report of ``echo-trl check-scenarios``, read back: each scenario's result by name."""
+    """A report of ``echo-trl check-scenarios``, read back: each scenario's result by name.
+
+    ``ScenarioReport.load(path)`` reads the report file or the check's output directory. The factories,
+    ``awm_task_dataset`` and capture take one (or the path itself) as ``scenario_report``; a scenario the report
+    does not cover, or whose data changed since it was checked, is refused in one line.
+    """
 
     path: str
     results: dict[str, dict[str, Any]]
