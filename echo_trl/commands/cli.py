@@ -17,6 +17,7 @@ import sys
 import warnings
 
 from ..errors import EchoTrlError
+from ..help_pages import wants_help
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -66,7 +67,8 @@ def quiet_defaults() -> None:
 
 def _run(name: str, rest: list[str]) -> int:
     try:
-        quiet_defaults()
+        if not wants_help(rest):  # a --help page loads nothing it does not print (echo_trl.help_pages)
+            quiet_defaults()
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except EchoTrlError as exc:

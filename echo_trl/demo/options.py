@@ -15,6 +15,7 @@ from typing import Any
 
 from ..command_line import command_parser, parse_command
 from ..config import EchoGRPOConfig
+from ..help_pages import render
 from .warmup import WARMUP_LEARNING_RATE, WARMUP_STEPS, WarmupSettings, warmup_steps_help
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "episodes"
@@ -164,13 +165,22 @@ Options that are EchoGRPOConfig fields (world_model_coeff, behavior_policy, max_
 what they mean in `echo-trl train`; both runs take them (the GRPO baseline with lambda = 0)."""
 
 
-def parse_demo_args(argv: list[str]) -> DemoArguments:
-    """``echo-trl train --demo ARGV``'s options (a usage error is one line, exit 2)."""
-    parser = command_parser(
+def demo_parser():
+    return command_parser(
         "echo-trl train --demo",
         [DemoArguments],
         usage="echo-trl train --demo [--config YAML] [--output_dir DIR] [--data_dir DIR] [FLAGS...]",
         description=DESCRIPTION,
     )
-    (options,) = parse_command(parser, argv)
+
+
+def render_help() -> str:
+    """``echo-trl train --demo --help``, rendered from the parser (stored in ``echo_trl/help/demo.txt`` and printed
+    from there, so that ``--help`` loads no TRL: :mod:`echo_trl.help_pages`)."""
+    return render(demo_parser())
+
+
+def parse_demo_args(argv: list[str]) -> DemoArguments:
+    """``echo-trl train --demo ARGV``'s options (a usage error is one line, exit 2)."""
+    (options,) = parse_command(demo_parser(), argv)
     return options
