@@ -97,6 +97,7 @@ def _train_run(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
+    from ..progress import training_progress
     from ..train.world_eval import evaluate_world_model
     from ..trainer import EchoGRPOTrainer
 
@@ -107,6 +108,7 @@ def _train_run(
     config = args.run_config(out / name, world_model_coeff=coeff)
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, eval_dataset=held, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the demo prints its own summary; the logs are in trainer_state.json
+    trainer.add_callback(training_progress(f"train {name}"))  # steps, ETA and the last held-out CE on a terminal
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..progress import progress
 from ..roles import Role
 from .publish import finished_record, publish_dir
 
@@ -130,7 +131,8 @@ def train_warmup(model, examples, settings: WarmupSettings, pad_id: int) -> list
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
     losses = []
-    for ids, attn, labels in _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id):
+    batches = _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id)
+    for ids, attn, labels in progress(batches, desc="warm-up", unit="step", total=settings.steps):
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=IGNORE
