@@ -17,14 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import BEHAVIOR_POLICIES
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
 from .options import REPO_DATA, DemoArguments, parse_demo_args
 from .tiny import tiny_model_for
 
-#: The demo's ``--behavior_policy`` choices: the config's (``DemoArguments`` reads them from its field).
-DEMO_BEHAVIOR_POLICIES = BEHAVIOR_POLICIES
 #: The runs of the comparison: output subdirectory per run.
 RUN_DIRS = ("echo", "grpo_baseline")
 #: The results a demo run writes into its output directory (a previous run's are never silently replaced).
