@@ -154,12 +154,22 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 
 
 def run_demo(args: DemoArguments) -> int:
-    from ..data.build import build_awm_dataset
-    from ..data.cache_dir import cache_home
+    """The comparison, with torch's CPU threads at ``--threads`` for its duration."""
     from ..progress import quiet_libraries
-    from .warmup import warm_up_tiny_model
+    from .warmup import torch_threads
 
     quiet_libraries(progress_bars=True, user_warnings=True)
+    if args.threads < 1:
+        raise EchoTrlError(f"--threads {args.threads}: must be at least 1")
+    with torch_threads(args.threads):
+        return _run_demo(args)
+
+
+def _run_demo(args: DemoArguments) -> int:
+    from ..data.build import build_awm_dataset
+    from ..data.cache_dir import cache_home
+    from .warmup import warm_up_tiny_model
+
     start = time.time()
     out = Path(args.output_dir)
     claim_output_dir(out, args.overwrite_output_dir)
@@ -212,6 +222,7 @@ def run_demo(args: DemoArguments) -> int:
         "warmup": warmup,
         "max_steps": args.max_steps,
         "learning_rate": args.learning_rate,
+        "threads": args.threads,
         "runs": results,
         "wall_seconds": round(time.time() - start, 1),
     }

@@ -21,9 +21,11 @@ flags (:func:`add_warmup_arguments`, :func:`warmup_steps_help`) parse without th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,27 @@ class WarmupSettings:
     batch_size: int = 4
     max_completion_length: int | None = None  # completion tokens kept per trajectory (before env removal)
     seed: int = 0
+    threads: int = 1  # torch CPU threads (:func:`torch_threads`): part of the cache key, the sums depend on it
+
+
+#: torch CPU threads of the demo's warm-up and runs. The tiny model's ops are too small to gain from a second
+#: thread: measured on 2 cores, one warm-up step took 1.65 CPU s with 1 thread and 3.8 with 2, and under load the
+#: threads' waiting for each other made the run slower, not faster. A fixed count also makes the numbers
+#: independent of the machine's core count (torch's reductions split their sums by thread).
+DEMO_THREADS = 1
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op CPU threads set to ``n`` inside the block, put back after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 #: Defaults of the warm-up flags of the commands that warm the tiny model up (the demo, the curve script).
@@ -168,7 +191,8 @@ def warm_up_tiny_model(
         return path, {**cached, "cached": True}
     model = AutoModelForCausalLM.from_pretrained(base)
     t0 = time.time()
-    losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
+    with torch_threads(settings.threads):
+        losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
     record = {
         "base": str(base),
         "settings": asdict(settings),
