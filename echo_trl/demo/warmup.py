@@ -54,8 +54,9 @@ class WarmupSettings:
 
 #: torch CPU threads of the demo's warm-up and runs. The tiny model's ops are too small to gain from a second
 #: thread: measured on 2 cores, one warm-up step took 1.65 CPU s with 1 thread and 3.8 with 2, and under load the
-#: threads' waiting for each other made the run slower, not faster. A fixed count also makes the numbers
-#: independent of the machine's core count (torch's reductions split their sums by thread).
+#: threads' waiting for each other made the run slower, not faster. A fixed count also keeps the numbers from
+#: depending on the machine's core count (torch picks one thread per core, and a CPU kernel may split a sum by
+#: thread).
 DEMO_THREADS = 1
 
 
