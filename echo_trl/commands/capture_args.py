@@ -89,6 +89,9 @@ class CaptureArguments:
             Ask for the sampler's token ids and log-probs: ``auto`` (fall back when refused), ``on`` or ``off``.
         tokenizer (`str` or `None`, *optional*):
             The trainer's tokenizer, to align sampled log-probs with its tokenization (default: ``model``).
+        tokenizer_from_hub (`bool`, *optional*, defaults to `False`):
+            Without ``tokenizer``, fetch ``model``'s tokenizer from the Hub when it is not on this machine (by
+            default only a local directory or the local Hugging Face cache is read: no network).
 
         > Parameters of the model policies (``model:PATH`` and ``openai:URL``)
 
@@ -243,6 +246,13 @@ class CaptureArguments:
         metadata={
             "help": "openai:URL policy: the trainer's tokenizer, to align sampled log-probs with its tokenization "
             "(default: --model)"
+        },
+    )
+    tokenizer_from_hub: bool = field(
+        default=False,
+        metadata={
+            "help": "openai:URL policy: without --tokenizer, fetch --model's tokenizer from the Hub when it is not on "
+            "this machine (default: local files and the local HF cache only, no network)"
         },
     )
 

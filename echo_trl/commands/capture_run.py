@@ -136,7 +136,10 @@ def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer
     elif not lp.get("turns_with_logprobs"):
         align = "sampled log-probs: the server returned no token ids / log-probs: no behavior_logprobs written"
     elif tokenizer is None:
-        align = "sampled log-probs NOT aligned (no tokenizer: give --tokenizer): no behavior_logprobs written"
+        align = (
+            f"sampled log-probs NOT aligned (no local tokenizer for --model {args.model}: give --tokenizer "
+            "PATH_OR_ID, or --tokenizer_from_hub): no behavior_logprobs written"
+        )
     else:
         align = f"sampled log-probs compared with the tokenization of {tokenizer.name_or_path!r}"
     return [
@@ -196,8 +199,12 @@ def build_policy(args: CaptureArguments):
     )
     tokenizer = None
     if args.logprobs != "off":
-        try:
-            tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
+        try:  # --model is the server's name for the model: looked up on the Hub only when asked
+            tokenizer = load_tokenizer(
+                args.tokenizer or args.model,
+                trust_remote_code=args.trust_remote_code,
+                local_files_only=not (args.tokenizer or args.tokenizer_from_hub),
+            )
         except EchoTrlError:
             if args.tokenizer:
                 raise

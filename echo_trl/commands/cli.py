@@ -12,11 +12,13 @@ traceback); 2 bad input or usage (the message says which file/record/field); 130
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import warnings
 
 from ..errors import EchoTrlError
+from ..help_pages import wants_help
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -53,6 +55,10 @@ def _help() -> str:
     return "\n".join(lines)
 
 
+def _not_the_cpu_accelerator_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Setting accelerator to CPU.")
+
+
 def quiet_defaults() -> None:
     """What every sub-command shares: warnings that do not concern the user, and progress bars for short work, off.
 
@@ -63,6 +69,10 @@ def quiet_defaults() -> None:
     # run that the user cannot act on (the flag still works)
     warnings.filterwarnings("ignore", message=r"`gradient_checkpointing.*` is deprecated", category=FutureWarning)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # DeepSpeed (imported by TRL / accelerate) prints "Setting accelerator to CPU ..." on stdout on every CPU run,
+    # into `--json` output too; its logger is the same object before and after DeepSpeed configures it, so a
+    # filter set now drops that one line and keeps every other DeepSpeed warning
+    logging.getLogger("DeepSpeed").addFilter(_not_the_cpu_accelerator_notice)
     from ..progress import quiet_short_work  # tqdm: only once a command runs, not for --help
 
     quiet_short_work()
@@ -70,7 +80,8 @@ def quiet_defaults() -> None:
 
 def _run(name: str, rest: list[str]) -> int:
     try:
-        quiet_defaults()
+        if not wants_help(rest):  # a --help page loads nothing it does not print (echo_trl.help_pages)
+            quiet_defaults()
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except EchoTrlError as exc:

@@ -135,7 +135,9 @@ def main(argv: list[str]) -> int:
         return 0
     ce = result["ce_env"]
     print(
-        f"held-out env-token CE: {'n/a' if ce is None else f'{ce:.4f}'} nats/token over {result['tokens_env']} "
+        f"env-token CE on {args.dataset}{'' if args.split == 'train' else f' (split {args.split})'}: "
+        f"{'n/a' if ce is None else f'{ce:.4f}'} nats/token "
+        f"over {result['tokens_env']} "
         f"env-output tokens, {result['trajectories']} trajectories"
     )
     for name, s in result["by_scenario"].items():

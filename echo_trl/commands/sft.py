@@ -10,13 +10,16 @@ TRL, torch and the trainer are imported inside the functions that use them, so `
 
 from __future__ import annotations
 
+from ..help_pages import print_page, wants_help
 from .training_run import (
+    COMMON_TRAINING_FLAGS,
     EchoScriptArguments,
     build_trainer,
     finish,
     launched,
     load_run_inputs,
     parse_training_flags,
+    short_training_help,
     train_and_save,
 )
 
@@ -46,22 +49,31 @@ SFT vs observation-supervised SFT, then ECHO-GRPO from each; `echo-trl sft --com
 """
 
 
+USAGE = (
+    "echo-trl sft [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
+    "[FLAGS...]\n       echo-trl sft --compare [--help]    # the two-stage comparison on the bundled episodes\n"
+    "       echo-trl sft --help-all            # every flag, TRL's and transformers' included"
+)
+
+
 def make_parser():
+    """Every flag: the script's, ``EchoSFTConfig``'s (TRL's ``SFTConfig`` + ECHO) and TRL's ``ModelConfig``."""
     from trl import ModelConfig
 
     from ..command_line import command_parser
     from ..sft_config import EchoSFTConfig
 
-    usage = (
-        "echo-trl sft [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
-        "[FLAGS...]\n       echo-trl sft --compare [--help]    # the two-stage comparison on the bundled episodes"
-    )
     return command_parser(
-        "echo-trl sft",
-        (EchoScriptArguments, EchoSFTConfig, ModelConfig),
-        usage=usage,
-        description=DESCRIPTION,
+        "echo-trl sft", (EchoScriptArguments, EchoSFTConfig, ModelConfig), usage=USAGE, description=DESCRIPTION
     )
+
+
+def short_help() -> str:
+    """``echo-trl sft --help``: ECHO's flags first, the most used TRL ones, a pointer to ``--help-all``
+    (stored in ``echo_trl/help/sft.txt``: :mod:`echo_trl.help_pages`)."""
+    from ..sft_config import EchoSFTConfig
+
+    return short_training_help("echo-trl sft", USAGE, DESCRIPTION, EchoSFTConfig, COMMON_TRAINING_FLAGS)
 
 
 def main(argv: list[str]) -> int:
@@ -70,6 +82,9 @@ def main(argv: list[str]) -> int:
         from ..demo.two_stage import main as compare_main
 
         return compare_main(argv[1:])
+    if wants_help(argv) and "--help-all" not in argv:
+        return print_page("sft")
+    argv = ["--help" if a == "--help-all" else a for a in argv]
     parser = make_parser()
     script_args, training_args, model_args = parse_training_flags(parser, argv)
     return launched(training_args, lambda: run_sft(script_args, training_args, model_args))

@@ -12,13 +12,17 @@ start without loading what they do not need.
 
 from __future__ import annotations
 
+from ..errors import EchoTrlError
+from ..help_pages import print_page, wants_help
 from .training_run import (
+    COMMON_TRAINING_FLAGS,
     EchoScriptArguments,
     build_trainer,
     finish,
     launched,
     load_run_inputs,
     parse_training_flags,
+    short_training_help,
     train_and_save,
 )
 
@@ -46,36 +50,69 @@ models, metrics.json and env_ce.png to the output dir (never over a previous run
 """
 
 
+USAGE = (
+    "echo-trl train [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
+    "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
+    "       echo-trl train --demo --help    # the demo's options\n"
+    "       echo-trl train --help-all       # every flag, TRL's and transformers' included"
+)
+
+#: TRL flags the short ``--help`` lists after ECHO's (GRPO's own beside the trainer's).
+COMMON_FLAGS = (*COMMON_TRAINING_FLAGS[:6], "num_generations", "temperature", "beta", *COMMON_TRAINING_FLAGS[6:])
+
+
 def make_parser():
+    """Every flag: the script's, ``EchoGRPOConfig``'s (TRL's ``GRPOConfig`` + ECHO) and TRL's ``ModelConfig``."""
     from trl import ModelConfig
 
     from ..command_line import command_parser
     from ..config import EchoGRPOConfig
 
-    usage = (
-        "echo-trl train [--config YAML] --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR "
-        "[FLAGS...]\n       echo-trl train                  # no arguments: the CPU demo (ECHO vs GRPO)\n"
-        "       echo-trl train --demo --help    # the demo's options"
-    )
     return command_parser(
-        "echo-trl train",
-        (EchoScriptArguments, EchoGRPOConfig, ModelConfig),
-        usage=usage,
-        description=DESCRIPTION,
+        "echo-trl train", (EchoScriptArguments, EchoGRPOConfig, ModelConfig), usage=USAGE, description=DESCRIPTION
     )
+
+
+def short_help() -> str:
+    """``echo-trl train --help``: ECHO's flags first, the most used TRL ones, a pointer to ``--help-all``
+    (stored in ``echo_trl/help/train.txt``: :mod:`echo_trl.help_pages`)."""
+    from ..config import EchoGRPOConfig
+
+    return short_training_help("echo-trl train", USAGE, DESCRIPTION, EchoGRPOConfig, COMMON_FLAGS)
 
 
 def main(argv: list[str]) -> int:
     argv = list(argv)
+    if argv and argv[0] == "--demo" and wants_help(argv[1:]):
+        return print_page("demo")  # rendered from the demo's parser ahead of time: no TRL import for --help
     if not argv or argv[0] == "--demo":
         from ..demo.run import main as demo_main
 
         return demo_main(argv[1:])
+    if wants_help(argv) and "--help-all" not in argv:
+        return print_page("train")
+    argv = ["--help" if a == "--help-all" else a for a in argv]
+    check_model_named(argv)
     parser = make_parser()
     script_args, training_args, model_args = parse_training_flags(
         parser, argv, hint_use_cpu="; `echo-trl train` with no arguments runs the CPU demo"
     )
     return launched(training_args, lambda: run_training(script_args, training_args, model_args))
+
+
+MODEL_FLAGS = ("--model_name_or_path", "--model-name-or-path", "--config")
+
+
+def check_model_named(argv: list[str]) -> None:
+    """Flags without a model (``echo-trl train --max_steps 1``) are most likely meant for the demo: say what to add,
+    before TRL's checks answer with something unrelated (bf16 needs a GPU)."""
+    if "--help" in argv or any(a.split("=", 1)[0] in MODEL_FLAGS for a in argv):
+        return
+    flags = " ".join(argv)
+    raise EchoTrlError(
+        f"no --model_name_or_path: to run the CPU demo with these flags add --demo (`echo-trl train --demo {flags}`); "
+        "to train a model pass --model_name_or_path MODEL --dataset_name DATASET --output_dir DIR"
+    )
 
 
 def run_training(script_args: EchoScriptArguments, training_args, model_args) -> int:

@@ -35,6 +35,52 @@ class EchoScriptArguments:
     )
 
 
+#: TRL / transformers flags the short ``--help`` of ``train`` and ``sft`` lists after ECHO's (rest: ``--help-all``).
+COMMON_TRAINING_FLAGS = (
+    "output_dir",
+    "max_steps",
+    "num_train_epochs",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "bf16",
+    "use_cpu",
+    "eval_strategy",
+    "eval_steps",
+    "logging_steps",
+    "save_steps",
+    "report_to",
+    "resume_from_checkpoint",
+    "seed",
+    "push_to_hub",
+)
+#: TRL ``ModelConfig`` flags a short ``--help`` lists.
+COMMON_MODEL_FLAGS = ("model_name_or_path", "dtype", "use_peft", "lora_r", "lora_alpha", "lora_target_modules")
+
+
+def short_training_help(prog: str, usage: str, description: str, config: type, common: tuple[str, ...]) -> str:
+    """The short ``--help`` of ``prog`` (``train`` / ``sft``): the script flags and every flag ``config`` adds to
+    TRL's first, then the most used TRL / model flags, then how many more ``--help-all`` lists."""
+    import dataclasses
+
+    from trl import ModelConfig
+
+    from ..command_line import command_parser
+    from ..help_pages import field_group, more_flags_line, own_fields, render
+
+    groups = [
+        field_group(EchoScriptArguments, [f.name for f in dataclasses.fields(EchoScriptArguments)], "dataset flags"),
+        field_group(config, own_fields(config), f"ECHO flags ({config.__name__})"),
+        field_group(config, [n for n in common if n not in own_fields(config)], "most used TRL flags"),
+        field_group(ModelConfig, COMMON_MODEL_FLAGS, "model flags (TRL ModelConfig)"),
+    ]
+    shown = sum(len(dataclasses.fields(g)) for g in groups)
+    total = sum(len([f for f in dataclasses.fields(c) if f.init]) for c in (EchoScriptArguments, config, ModelConfig))
+    what = f"TRL's {config.__mro__[1].__name__}, transformers' TrainingArguments, TRL's ModelConfig"
+    epilog = more_flags_line(prog, shown, total, what)
+    return render(command_parser(prog, groups, usage=usage, description=description, epilog=epilog))
+
+
 def parse_training_flags(parser, argv: list[str], hint_use_cpu: str = "") -> tuple:
     """:func:`~echo_trl.command_line.parse_command` with TrainingArguments' validation errors (``ValueError``, a
     ``TypeError`` of a wrong type, ``--logging_steps inf``'s ``OverflowError``) as one-line errors."""

@@ -52,9 +52,17 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
     """Check the columns ECHO needs; cast compatible schemas (e.g. parquet from the Hub) to ours."""
     missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
     if missing:
+        if "messages" in ds.column_names:  # TRL's conversational format: build-dataset reads it as conversation logs
+            how = (
+                "it looks like a TRL conversational dataset: write it as JSONL conversation logs, one "
+                "{messages, reward} per line (`ds.to_json('conversations.jsonl')`, with a reward column), then "
+                "`echo-trl build-dataset conversations.jsonl --output DIR`"
+            )
+        else:
+            how = "build it from recorded episodes or conversation logs: `echo-trl build-dataset FILES --output DIR`"
         raise DatasetSchemaError(
             f"{name}: missing column(s) {', '.join(missing)}; expected the ECHO trajectory schema "
-            f"({', '.join(REQUIRED_COLUMNS)}). Build it with `echo-trl build-dataset`."
+            f"({', '.join(REQUIRED_COLUMNS)}): {how}"
         )
     if "behavior_logprobs" not in ds.column_names:
         ds = ds.add_column("behavior_logprobs", [None] * len(ds), feature=FEATURES["behavior_logprobs"])

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..command_line import command_parser, parse_command
 from ..config import EchoGRPOConfig
-from .warmup import WARMUP_LEARNING_RATE, WARMUP_STEPS, WarmupSettings, warmup_steps_help
+from ..help_pages import render
+from .warmup import DEMO_THREADS, WARMUP_LEARNING_RATE, WARMUP_STEPS, WarmupSettings, warmup_steps_help
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data" / "episodes"
 
@@ -95,6 +96,8 @@ class DemoArguments:
             Env-blind warm-up steps of the random-init tiny model before both runs; 0 skips it.
         warmup_learning_rate (`float`, *optional*, defaults to `3e-3`):
             Its learning rate.
+        threads (`int`, *optional*, defaults to `1`):
+            torch CPU threads of the warm-up and both runs (the printed numbers depend on it).
     """
 
     output_dir: str = field(
@@ -139,6 +142,13 @@ class DemoArguments:
     seed: int = config_option("seed", default=0, help="seed of both runs, the episode sample and the warm-up")
     warmup_steps: int = field(default=WARMUP_STEPS, metadata={"help": warmup_steps_help("both runs")})
     warmup_learning_rate: float = field(default=WARMUP_LEARNING_RATE, metadata={"help": "warm-up learning rate"})
+    threads: int = field(
+        default=DEMO_THREADS,
+        metadata={
+            "help": "torch CPU threads of the warm-up and both runs (default 1: the tiny model gains nothing from "
+            "more; the printed numbers are reproducible at the same count)"
+        },
+    )
 
     def run_config(self, output_dir: Path, world_model_coeff: float) -> EchoGRPOConfig:
         """The config of one run of the comparison: the options that are config fields, and :data:`CPU_RUN`."""
@@ -154,6 +164,7 @@ class DemoArguments:
             batch_size=self.per_device_train_batch_size,
             max_completion_length=self.max_completion_length,
             seed=self.seed,
+            threads=self.threads,
         )
 
 
@@ -164,13 +175,22 @@ Options that are EchoGRPOConfig fields (world_model_coeff, behavior_policy, max_
 what they mean in `echo-trl train`; both runs take them (the GRPO baseline with lambda = 0)."""
 
 
-def parse_demo_args(argv: list[str]) -> DemoArguments:
-    """``echo-trl train --demo ARGV``'s options (a usage error is one line, exit 2)."""
-    parser = command_parser(
+def demo_parser():
+    return command_parser(
         "echo-trl train --demo",
         [DemoArguments],
         usage="echo-trl train --demo [--config YAML] [--output_dir DIR] [--data_dir DIR] [FLAGS...]",
         description=DESCRIPTION,
     )
-    (options,) = parse_command(parser, argv)
+
+
+def render_help() -> str:
+    """``echo-trl train --demo --help``, rendered from the parser (stored in ``echo_trl/help/demo.txt`` and printed
+    from there, so that ``--help`` loads no TRL: :mod:`echo_trl.help_pages`)."""
+    return render(demo_parser())
+
+
+def parse_demo_args(argv: list[str]) -> DemoArguments:
+    """``echo-trl train --demo ARGV``'s options (a usage error is one line, exit 2)."""
+    (options,) = parse_command(demo_parser(), argv)
     return options

@@ -17,14 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import BEHAVIOR_POLICIES
 from ..errors import EchoTrlError
 from .episodes import synthetic_episodes, write_episodes
 from .options import REPO_DATA, DemoArguments, parse_demo_args
 from .tiny import tiny_model_for
 
-#: The demo's ``--behavior_policy`` choices: the config's (``DemoArguments`` reads them from its field).
-DEMO_BEHAVIOR_POLICIES = BEHAVIOR_POLICIES
 #: The runs of the comparison: output subdirectory per run.
 RUN_DIRS = ("echo", "grpo_baseline")
 #: The results a demo run writes into its output directory (a previous run's are never silently replaced).
@@ -97,6 +94,7 @@ def _train_run(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
+    from ..progress import training_progress
     from ..train.world_eval import evaluate_world_model
     from ..trainer import EchoGRPOTrainer
 
@@ -107,6 +105,7 @@ def _train_run(
     config = args.run_config(out / name, world_model_coeff=coeff)
     trainer = EchoGRPOTrainer(model, args=config, train_dataset=train, eval_dataset=held, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the demo prints its own summary; the logs are in trainer_state.json
+    trainer.add_callback(training_progress(f"train {name}"))  # steps, ETA and the last held-out CE on a terminal
     t0 = time.time()
     trainer.train()
     seconds = time.time() - t0
@@ -155,12 +154,22 @@ def _plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 
 
 def run_demo(args: DemoArguments) -> int:
-    from ..data.build import build_awm_dataset
-    from ..data.cache_dir import cache_home
+    """The comparison, with torch's CPU threads at ``--threads`` for its duration."""
     from ..progress import quiet_libraries
-    from .warmup import warm_up_tiny_model
+    from .warmup import torch_threads
 
     quiet_libraries(progress_bars=True, user_warnings=True)
+    if args.threads < 1:
+        raise EchoTrlError(f"--threads {args.threads}: must be at least 1")
+    with torch_threads(args.threads):
+        return _run_demo(args)
+
+
+def _run_demo(args: DemoArguments) -> int:
+    from ..data.build import build_awm_dataset
+    from ..data.cache_dir import cache_home
+    from .warmup import warm_up_tiny_model
+
     start = time.time()
     out = Path(args.output_dir)
     claim_output_dir(out, args.overwrite_output_dir)
@@ -213,6 +222,7 @@ def run_demo(args: DemoArguments) -> int:
         "warmup": warmup,
         "max_steps": args.max_steps,
         "learning_rate": args.learning_rate,
+        "threads": args.threads,
         "runs": results,
         "wall_seconds": round(time.time() - start, 1),
     }

@@ -93,6 +93,7 @@ def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
 
+    from ..progress import training_progress
     from ..sft_config import EchoSFTConfig
     from ..sft_trainer import EchoSFTTrainer
 
@@ -110,6 +111,7 @@ def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> 
         processing_class=AutoTokenizer.from_pretrained(start),
     )
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(training_progress(f"SFT lambda={coeff:g}"))
     trainer.train()
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
@@ -122,6 +124,7 @@ def _grpo(start: Path, train, args, out: Path) -> None:
     from transformers.trainer_callback import PrinterCallback
 
     from ..config import EchoGRPOConfig
+    from ..progress import training_progress
     from ..trainer import EchoGRPOTrainer
 
     torch.manual_seed(args.seed)
@@ -137,6 +140,7 @@ def _grpo(start: Path, train, args, out: Path) -> None:
         processing_class=AutoTokenizer.from_pretrained(start),
     )
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(training_progress("ECHO-GRPO"))
     trainer.train()
     trainer.save_model(str(out))
 

@@ -21,15 +21,18 @@ flags (:func:`add_warmup_arguments`, :func:`warmup_steps_help`) parse without th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..progress import progress
 from ..roles import Role
 from .publish import finished_record, publish_dir
 
@@ -46,6 +49,28 @@ class WarmupSettings:
     batch_size: int = 4
     max_completion_length: int | None = None  # completion tokens kept per trajectory (before env removal)
     seed: int = 0
+    threads: int = 1  # torch CPU threads (:func:`torch_threads`): part of the cache key, the sums depend on it
+
+
+#: torch CPU threads of the demo's warm-up and runs. The tiny model's ops are too small to gain from a second
+#: thread: measured on 2 cores, one warm-up step took 1.65 CPU s with 1 thread and 3.8 with 2, and under load the
+#: threads' waiting for each other made the run slower, not faster. A fixed count also keeps the numbers from
+#: depending on the machine's core count (torch picks one thread per core, and a CPU kernel may split a sum by
+#: thread).
+DEMO_THREADS = 1
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op CPU threads set to ``n`` inside the block, put back after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 #: Defaults of the warm-up flags of the commands that warm the tiny model up (the demo, the curve script).
@@ -130,7 +155,8 @@ def train_warmup(model, examples, settings: WarmupSettings, pad_id: int) -> list
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.0)
     losses = []
-    for ids, attn, labels in _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id):
+    batches = _batches(examples, settings.batch_size, settings.steps, settings.seed, pad_id)
+    for ids, attn, labels in progress(batches, desc="warm-up", unit="step", total=settings.steps):
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=IGNORE
@@ -166,7 +192,8 @@ def warm_up_tiny_model(
         return path, {**cached, "cached": True}
     model = AutoModelForCausalLM.from_pretrained(base)
     t0 = time.time()
-    losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
+    with torch_threads(settings.threads):
+        losses = train_warmup(model, examples, settings, tokenizer.pad_token_id)
     record = {
         "base": str(base),
         "settings": asdict(settings),

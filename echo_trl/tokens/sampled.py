@@ -185,12 +185,15 @@ def apply_alignment(record: dict[str, Any], alignment: Alignment, tokenizer_name
     return record
 
 
-def load_tokenizer(name: str, *, trust_remote_code: bool = False):
-    """The trainer's tokenizer by path or Hub id (a one-line error when it cannot be had)."""
+def load_tokenizer(name: str, *, trust_remote_code: bool = False, local_files_only: bool = False):
+    """The trainer's tokenizer by path or Hub id (a one-line error when it cannot be had); ``local_files_only``:
+    a directory or the local Hugging Face cache, never the network."""
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            name, trust_remote_code=trust_remote_code, local_files_only=local_files_only
+        )
     except (OSError, ValueError) as exc:
         raise EchoTrlError(f"--tokenizer {name}: cannot load it ({' '.join(str(exc).split())[:200]})") from None
     if tokenizer.chat_template is None:

@@ -36,7 +36,7 @@ from ..errors import DatasetSchemaError, EchoTrlError
 from ..roles import Role, Trajectory, default_group_id
 from ..tokens.cache import has_tokens, row_quality, row_tokens
 from ..tokens.quality import passes_filters, rollout_quality, with_dataset_columns
-from ..tokens.tokenization import tokenize_with_roles
+from ..tokens.tokenization import TruncationError, tokenize_with_roles
 from ..tokens.world_mask import world_mask
 
 #: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`); the
@@ -100,7 +100,14 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         recorded = trajectory.behavior_logprobs
     limit = settings.max_completion_length
     ends = [n for n in (None if limit is None else full.prompt_length + limit, settings.max_length) if n is not None]
-    tokens = full.truncate(min(ends)) if ends else full
+    try:
+        tokens = full.truncate(min(ends)) if ends else full
+    except TruncationError as exc:  # an AWM-1K tool list can outgrow the context: name the row and the ways out
+        scenario = row.get("scenario") if isinstance(row, dict) else row.scenario
+        raise TruncationError(
+            f"{where} (scenario {scenario!r}): {exc}: rebuild the dataset with `echo-trl build-dataset "
+            "--compact_tools` (tool schemas shortened) or raise --max_length"
+        ) from None
     p = tokens.prompt_length
     roles = tokens.roles[p:]
     passes = passes_filters(quality, settings)

@@ -48,22 +48,27 @@ def require_trainable_tokens(dataset, name: str, *, actions: bool, world_target:
         return
     if world_target != "all":
         columns = ["completion"]
-    for table in dataset.select_columns(columns).with_format("arrow").iter(batch_size=SCAN_ROWS):
-        if _trains(table, actions=actions, world_target=world_target):
-            return
+    world = {
+        "env_only": "a tool message with content (environment-output tokens for the world term)",
+        "observation": "a tool message (observation tokens for the world term)",
+        "all": "a tool message or a warning (world-term tokens)",
+    }
+
+    def trains(**terms: Any) -> bool:  # stops at the first Arrow batch that trains
+        tables = dataset.select_columns(columns).with_format("arrow").iter(batch_size=SCAN_ROWS)
+        return any(_trains(table, **terms) for table in tables)
+
+    if trains(actions=actions, world_target=world_target):
+        if actions and world_target and not trains(actions=False, world_target=world_target):
+            # e.g. a collection whose replies were all empty: the run trains, but its world term has nothing
+            logger.warning(
+                f"{name}: none of its {len(dataset)} trajectories holds {world[world_target]}: the world-model "
+                "term trains nothing, only the action tokens train (a collection of empty or tool-less episodes?)"
+            )
+        return
     wanted = [
         *(["an assistant message (action tokens)"] if actions else []),
-        *(
-            [
-                {
-                    "env_only": "a tool message with content (environment-output tokens for the world term)",
-                    "observation": "a tool message (observation tokens for the world term)",
-                    "all": "a tool message or a warning (world-term tokens)",
-                }[world_target]
-            ]
-            if world_target
-            else []
-        ),
+        *([world[world_target]] if world_target else []),
     ]
     raise EchoTrlError(
         f"{name}: none of its {len(dataset)} trajectories has a token to train: no completion holds "

@@ -196,6 +196,10 @@ def test_the_awm_agent_format_speaks_list_tools_and_call_tool(server, model, tmp
                 assert step["action"] == {"tool_name": "search_members", "arguments": {"query": "Priya Raman"}}
             else:  # a call of anything but list_tools / call_tool: the official "Unknown tool" reply
                 assert step["observation"]["reward_type"] == "tool_not_found"
+    # the summary counts the replies cut at --max-new-tokens 8, as the records hold them, and warns about them
+    cut = [sum(t["finish_reason"] == "length" for t in r["sampler"]["turns"]) for r in recs]
+    assert f"with a turn cut at the token limit: {sum(c > 0 for c in cut)} ({sum(cut)} turns)" in done.stderr
+    assert ("have a reply cut at the token limit" in done.stderr) is (sum(cut) > 0)
     built = run(
         [sys.executable, "-m", "echo_trl.commands.cli", "build-dataset", str(out), "--output", str(tmp_path / "ds")]
         + ["--format", "awm-agent"]

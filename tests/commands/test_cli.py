@@ -379,3 +379,28 @@ def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
         timeout=300,
     )
     assert r.returncode == 0 and "Saving the dataset" not in r.stderr and r.stderr == "", r.stderr
+
+
+def test_quiet_defaults_drop_deepspeeds_cpu_notice_and_keep_its_other_warnings():
+    """DeepSpeed's logger ("DeepSpeed", its handler on stdout) says "Setting accelerator to CPU ..." on every CPU
+    run, into `--json` output; the filter set before DeepSpeed configures the logger drops that line only."""
+    import logging
+
+    from echo_trl.commands.cli import quiet_defaults
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("DeepSpeed")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        quiet_defaults()
+        logger.warning("Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it")
+        logger.warning("ZeRO-3 needs a larger bucket")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["ZeRO-3 needs a larger bucket"]

@@ -86,7 +86,8 @@ def test_cli_json_and_text(model_and_data, capsys):
     assert set(result["by_scenario"]) == {"shop", "mail"}
     assert cli_main(["eval-world-model", "--model", str(model_dir), "--dataset", str(data_dir), "--limit", "2"]) == 0
     text = capsys.readouterr().out
-    assert "held-out env-token CE" in text and "nats/token" in text and "2 trajectories" in text
+    assert f"env-token CE on {data_dir}: " in text and "nats/token" in text and "2 trajectories" in text
+    assert "held-out" not in text  # the dataset is named: it is held out only if the user says so
 
 
 def test_cli_bad_model_is_exit_2(model_and_data, tmp_path, capsys):

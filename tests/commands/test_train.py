@@ -66,10 +66,10 @@ def _flags(root, model, out, *extra):
 
 
 def test_help_explains_offline_training_and_the_demo(capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli_main(["train", "--help"])
-    assert exc.value.code == 0
+    assert cli_main(["train", "--help"]) == 0  # the short page: ECHO's flags first
     text = capsys.readouterr().out
+    flag = lambda name: text.index(f"\n  --{name} ")  # noqa: E731 (a flag's own line, not a mention)
+    assert flag("world_model_coeff") < flag("learning_rate") < text.index("`echo-trl train --help-all`.")
     for needle in (
         "--world_model_coeff",
         "--use_peft",
@@ -81,6 +81,20 @@ def test_help_explains_offline_training_and_the_demo(capsys):
         "eval_world/ce_env",
     ):
         assert needle in text, needle
+    with pytest.raises(SystemExit) as exc:  # every flag, TRL's included
+        cli_main(["train", "--help-all"])
+    assert exc.value.code == 0
+    full = capsys.readouterr().out
+    assert "--gradient_checkpointing" in full and "--gradient_checkpointing" not in text
+
+
+def test_flags_without_a_model_say_what_to_add(capsys):
+    """`echo-trl train --max_steps 1` is the demo's flag without --demo: the answer names --demo, not bf16."""
+    for flags in (["--max_steps", "1"], ["--output_dir", "somewhere"]):
+        assert cli_main(["train", *flags]) == 2
+        err = capsys.readouterr().err
+        assert f"`echo-trl train --demo {' '.join(flags)}`" in err and "--model_name_or_path MODEL" in err
+        assert "bf16" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_trl_style_run_saves_state_and_model_and_reports_heldout_ce(assets, tmp_path, capsys):

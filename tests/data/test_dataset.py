@@ -104,6 +104,35 @@ def test_schema_validation_names_columns():
     assert validate_dataset(no_logprobs).features == FEATURES
 
 
+def test_a_plain_trl_conversational_dataset_is_told_the_way_in_and_the_way_works(tmp_path):
+    messages = [
+        {"role": "user", "content": "Find the order."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "find", "arguments": "{}"}}],
+        },
+        {"role": "tool", "name": "find", "content": "order 7"},
+        {"role": "assistant", "content": "It is order 7."},
+    ]
+    trl_ds = datasets.Dataset.from_list([{"messages": messages, "reward": 1.0}, {"messages": messages, "reward": 0.0}])
+    with pytest.raises(DatasetSchemaError) as exc:
+        validate_dataset(trl_ds, "my_ds")
+    message = str(exc.value)
+    assert message.startswith("my_ds: missing column(s) prompt, completion") and "conversational" in message
+    assert "ds.to_json('conversations.jsonl')" in message and "echo-trl build-dataset conversations.jsonl" in message
+    trl_ds.to_json(tmp_path / "conversations.jsonl")  # what the message says, then build-dataset's reader
+    built = validate_dataset(build_awm_dataset([tmp_path / "conversations.jsonl"]), "built")
+    assert built["reward"] == [1.0, 0.0] and [m["role"] for m in built[0]["completion"]] == [
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    other = datasets.Dataset.from_dict({"text": ["hello"]})
+    with pytest.raises(DatasetSchemaError, match=r"`echo-trl build-dataset FILES --output DIR`$"):
+        validate_dataset(other, "text_ds")
+
+
 # --------------------------------------------------------------------------------------------
 # Poison records (issue 13): each between two valid ones, through the Arrow encoding and the save
 

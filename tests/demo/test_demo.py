@@ -136,3 +136,19 @@ def test_demo_split_follows_splits_json_and_tools_shrink_to_names(episodes, tmp_
     small = demo_run.names_only_tools(ds.map(lambda r: {"tools": [json.dumps(full)]}))
     tool = json.loads(small[0]["tools"][0])
     assert tool["function"]["name"] == "get_book" and tool["function"]["description"] == ""
+
+
+def test_the_demo_runs_at_its_thread_count_and_puts_torchs_back(monkeypatch, capsys):
+    """The printed numbers depend on torch's thread count (its reductions split sums by thread): the demo pins it
+    (default 1), hands it to the warm-up (a cached warm-up is per count), and leaves the process as it found it."""
+    import torch
+
+    seen = []
+    monkeypatch.setattr(demo_run, "_run_demo", lambda args: seen.append(torch.get_num_threads()) or 0)
+    before = torch.get_num_threads()
+    for argv, expected in (([], 1), (["--threads", "2"], 2)):
+        args = demo_run.parse_demo_args(argv)
+        assert demo_run.run_demo(args) == 0 and seen[-1] == expected == args.warmup_settings().threads
+        assert torch.get_num_threads() == before
+    assert cli_main(["train", "--demo", "--threads", "0"]) == 2
+    assert "--threads 0: must be at least 1" in capsys.readouterr().err

@@ -185,6 +185,21 @@ def test_the_lines_run_elsewhere_are_in_the_readme():
     assert sum(line.startswith(README_DEMO[1]) for line in lines) == 1, "the README's demo line (test_demo.py)"
 
 
+def test_run_blocks_write_only_under_outputs():
+    """A user follows the docs from a clone: what a block writes (``--output``, ``--output_dir``, ``-o``, a shell
+    redirection) goes under ``outputs/``, never into the repository's root."""
+    import re
+
+    written = [
+        (block.where(), path)
+        for doc in CHECKED_DOCS
+        for block, line in run_lines(doc)
+        if line
+        for path in re.findall(r"(?:--output(?:_dir)?|-o|>)[ =]+(\S+)", line)
+    ]
+    assert written and not [(where, path) for where, path in written if not path.startswith("outputs/")]
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox  # capture and the online example run the AWM servers in bubblewrap
 @pytest.mark.timeout(1800)  # a document's blocks together: several short trainings on a shared 2-core machine

@@ -12,7 +12,7 @@ from helpers.episodes import traj
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.errors import DatasetSchemaError
-from echo_trl.tokens.tokenization import tokenize_with_roles
+from echo_trl.tokens.tokenization import TruncationError, tokenize_with_roles
 from echo_trl.train.collator import CollatorSettings, collate_features, trajectory_features
 
 
@@ -73,6 +73,18 @@ def test_truncation_cuts_at_message_end_and_is_reported():
     assert len(short.completion_ids) < len(full.completion_ids)
     assert short.completion_ids == full.completion_ids[: len(short.completion_ids)]
     assert short.truncated_tokens == len(full.completion_ids) - len(short.completion_ids)
+
+
+def test_a_prompt_longer_than_max_length_names_the_trajectory_its_scenario_and_the_ways_out():
+    tok = tiny_tokenizer("qwen3")
+    t = traj()
+    prompt = tokenize_with_roles(tok, t).prompt_length
+    with pytest.raises(TruncationError) as exc:
+        trajectory_features(tok, t, CollatorSettings(max_length=prompt - 1))
+    message = str(exc.value)
+    assert message.startswith(f"trajectory {t.group_id!r} (scenario {t.scenario!r}): the prompt alone has {prompt}")
+    assert f"more than max_length={prompt - 1}" in message
+    assert "--compact_tools" in message and "--max_length" in message and "\n" not in message
 
 
 def test_collate_pads_like_trl():

@@ -100,3 +100,23 @@ def test_an_sft_batch_without_a_trainable_token_is_a_warning(tmp_path, caplog):
         trainer.train()
     warned = [r.getMessage() for r in caplog.records if "no trainable token" in r.getMessage()]
     assert warned == ["step 1: no trainable token in this batch of 2 rows (every label is -100)"]
+
+
+def test_a_dataset_whose_world_term_has_no_token_trains_its_actions_with_a_one_line_warning(caplog):
+    """A collection of empty replies: assistant turns (action tokens) and no environment output; the run trains
+    the actions, and says once that lambda * CE(env) has nothing to train."""
+    answered_only = [
+        untrainable(i, completion=[{"role": "assistant", "content": ""}], warnings=[[]]) for i in range(3)
+    ]
+    ds = trajectories_to_dataset(answered_only)
+    with caplog.at_level(logging.WARNING, logger="echo_trl.train.trainable"):
+        require_trainable_tokens(ds, "train_dataset", actions=True, world_target="env_only")
+    (record,) = caplog.records
+    assert record.getMessage().startswith("train_dataset: none of its 3 trajectories holds a tool message with")
+    assert "the world-model term trains nothing" in record.getMessage() and "\n" not in record.getMessage()
+    caplog.clear()
+    with_output = trajectories_to_dataset([*answered_only, trajectory(3, 1.0, "g")])  # one row has env output
+    with caplog.at_level(logging.WARNING, logger="echo_trl.train.trainable"):
+        require_trainable_tokens(with_output, "train_dataset", actions=True, world_target="env_only")
+        require_trainable_tokens(ds, "train_dataset", actions=True, world_target=None)  # world term off: no word
+    assert not caplog.records

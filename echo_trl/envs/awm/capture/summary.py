@@ -1,8 +1,10 @@
 """What a collection holds, summed up: the summary a person checks before training on the episodes.
 
 :func:`summarize` reads the records back (episodes, reward mean per scenario, outcomes, format and tool
-errors, tokens, log-prob alignment); :func:`summary_lines` prints it; :func:`write_summary` keeps it as
-``capture_summary.json`` beside the episodes.
+errors, tokens, log-prob alignment, and the episodes that teach little: empty, without a tool call, cut at the
+token limit); :func:`summary_lines` prints it, with a warning line when such episodes are there (a server whose
+replies are all empty otherwise yields a collection, then a training run, that look fine and train nothing);
+:func:`write_summary` keeps it as ``capture_summary.json`` beside the episodes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,35 @@ from ..scenario.rewards import FORMAT_ERRORS
 SUMMARY_FILE = "capture_summary.json"
 #: Step outcomes counted as tool errors (the environment refused or failed a well-formed call).
 TOOL_ERRORS = ("tool_error", "server_error", "timeout")
+#: The recorded step that runs the verifier (every other step is a tool call of the policy).
+VERIFY_STEP = "verify"
+
+
+def final_answer(record: dict[str, Any]) -> str:
+    """The answer the policy ended its episode with ("" when none): the verifier step's ``final_answer``."""
+    if isinstance(record.get("final_answer"), str):
+        return record["final_answer"]
+    steps = [*(record.get("steps") or []), *([record["verification"]] if "verification" in record else [])]
+    for step in reversed(steps):
+        action = step.get("action") or {}
+        if action.get("tool_name") == VERIFY_STEP:
+            answer = (action.get("arguments") or {}).get("final_answer")
+            return answer if isinstance(answer, str) else ""
+    return ""
+
+
+def episode_quality(record: dict[str, Any]) -> dict[str, int]:
+    """What makes one episode teach little: no tool call (no environment output to learn), empty (no tool call
+    and an empty final answer: nothing at all), and its sampled turns cut at the token limit
+    (``finish_reason == "length"``)."""
+    calls = [s for s in record.get("steps") or [] if (s.get("action") or {}).get("tool_name") != VERIFY_STEP]
+    cut = sum(1 for turn in sampled_turns(record) if turn.get("finish_reason") == "length")
+    return {
+        "without_tool_call": int(not calls),
+        "empty": int(not calls and not final_answer(record).strip()),
+        "turns_at_token_limit": cut,
+        "episodes_at_token_limit": int(cut > 0),
+    }
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,8 +66,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     steps: Counter[str] = Counter()
     tokens = Counter()
     align = Counter()
+    quality: Counter[str] = Counter()
     verify_only: Counter[str] = Counter()
     for rec in records:
+        quality.update(episode_quality(rec))
         if only_verified(rec):
             verify_only[rec.get("reward_type", "?")] += 1
         by_scenario[rec.get("scenario", "?")].append(float(rec.get("reward", 0.0)))
@@ -68,6 +101,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_errors": sum(steps[k] for k in TOOL_ERRORS),
         "tokens": {"prompt": tokens["prompt"], "completion": tokens["completion"]},
         "logprobs": dict(align),
+        "quality": {
+            k: quality[k] for k in ("empty", "without_tool_call", "episodes_at_token_limit", "turns_at_token_limit")
+        },
         "verify_only": {"episodes": sum(verify_only.values()), "outcomes": dict(sorted(verify_only.items()))},
     }
 
@@ -123,7 +159,36 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             f"FLAGGED (reasons under sampler.alignment) {lp.get('turns_flagged', 0)}; "
             f"episodes with behavior_logprobs: {lp.get('episodes_with_behavior_logprobs', 0)}"
         )
+    q, n = summary.get("quality") or {}, summary["episodes"]
+    if q:
+        lines.append(
+            f"episodes without a tool call: {q['without_tool_call']}; empty (no tool call, empty answer): "
+            f"{q['empty']}; with a turn cut at the token limit: {q['episodes_at_token_limit']} "
+            f"({q['turns_at_token_limit']} turns)"
+        )
+        warning = quality_warning(q, n)
+        if warning:
+            lines.append(warning)
     return lines
+
+
+def quality_warning(quality: dict[str, int], episodes: int) -> str | None:
+    """One line when episodes teach little (``None`` when none does): how many, and what to check."""
+    parts = [
+        f"{quality[key]} of {episodes} episodes {what}"
+        for key, what in (
+            ("empty", "are empty (no tool call, empty answer)"),
+            ("without_tool_call", "have no tool call (no environment output to learn)"),
+            ("episodes_at_token_limit", "have a reply cut at the token limit"),
+        )
+        if quality.get(key)
+    ]
+    if not parts:
+        return None
+    return (
+        "WARNING: " + "; ".join(parts) + ": check the policy's replies (--max_new_tokens, chat template, tool-call "
+        "parser of the server) before training on them"
+    )
 
 
 def write_summary(out: Path, summary: dict[str, Any]) -> Path:

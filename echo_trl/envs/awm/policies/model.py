@@ -70,6 +70,13 @@ class ModelPolicy:
             except ValueError as exc:
                 raise PolicyError(f"TRL cannot parse tool calls for this chat template: {exc}") from None
 
+    def finish_reason(self, ids: list[int]) -> str:
+        """OpenAI's ``finish_reason`` of a sampled turn: ``"length"`` when it filled ``max_new_tokens`` without
+        ending (capture's summary counts the turns cut at the token limit), else ``"stop"``."""
+        eos = self.model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos, self.tokenizer.eos_token_id])
+        return "length" if len(ids) >= self.max_new_tokens and (not ids or ids[-1] not in eos) else "stop"
+
     def _generate(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> tuple[list[int], list[int], list[float]]:
@@ -117,6 +124,7 @@ class ModelPolicy:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
             usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)}
             policy = {"text": text, "token_ids": ids, "logprobs": logprobs, "usage": usage}
+            policy["finish_reason"] = self.finish_reason(ids)
             calls = parsed.get("tool_calls") or []
             if not calls:
                 episode.verify(final_answer=parsed.get("content") or "")
@@ -153,7 +161,7 @@ class AWMAgentModelPolicy(ModelPolicy):
             _, ids, logprobs = self._generate(messages, None)
             episode.behavior_logprobs.extend(logprobs)
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            policy = {"text": text, "token_ids": ids, "logprobs": logprobs}
+            policy = {"text": text, "token_ids": ids, "logprobs": logprobs, "finish_reason": self.finish_reason(ids)}
             action = awm_agent.next_action(text)
             if action.kind == "final":
                 episode.verify(final_answer=text.strip())
