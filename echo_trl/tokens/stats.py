@@ -34,7 +34,7 @@ def token_stats(
     dataset,
     *,
     max_length: int | None = None,
-    batch_size: int = 1024,
+    batch_size: int = 256,
     show_progress: bool | None = None,
     num_proc: int | None = None,
 ) -> dict[str, Any]:
