@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..command_line import CommandParser, FlagValueError, command_parser, parse_command
-from ..data.build import build_awm_dataset
-from ..data.card import plural
+from ..command_line import CommandParser, FlagValueError, command_parser, parse_command, positive_int
+from ..data.build import write_awm_dataset
+from ..data.card import dataset_card, plural
+from ..data.episode_files import find_episode_files
 from ..data.formats import FORMATS, VERIFY_TURNS
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
-from ..data.records import SkippedRecord
-from ..data.store import DATASET_MARKER, save_dataset
-from ..io.outputs import check_output_dir
+from ..data.store import DATASET_MARKER, load_echo_dataset, push_dataset
+from ..io.outputs import atomic_output_dir, check_output_dir
 
 DESCRIPTION = """\
 Read recorded AWM episodes (OpenEnv capture JSON, AWM session trajectory.json, JSONL of
@@ -69,6 +70,11 @@ class BuildDatasetArguments:
             Conversation format: ``chat-template`` or ``awm-agent`` (the official AWM agent's).
         verify_turn (`str` or `None`, *optional*):
             The verifier step as an ``env_output`` message, or omitted (default: by format).
+
+        > Parameters that control the build
+
+        num_proc (`int` or `None`, *optional*):
+            Processes converting the episode files (default: the cores available; one for small inputs).
     """
 
     output: str = field(metadata={"help": "where to save the dataset", "metavar": "DIR", "aliases": ["-o"]})
@@ -111,7 +117,18 @@ class BuildDatasetArguments:
         },
     )
 
+    num_proc: int | None = field(
+        default=None,
+        metadata={
+            "help": "processes converting the episode files, each a contiguous run of them (default: the cores "
+            "available; inputs under 32 MB are built in one)",
+            "metavar": "N",
+        },
+    )
+
     def __post_init__(self):
+        if self.num_proc is not None:
+            positive_int("num_proc", self.num_proc)
         if self.compact_tools and self.format == "awm-agent":
             raise FlagValueError(
                 "--compact-tools applies to --format chat-template (awm-agent lists the tools "
@@ -139,26 +156,37 @@ def parse_args(argv: list[str]) -> tuple[list[str], BuildDatasetArguments]:
 
 def main(argv: list[str]) -> int:
     inputs, args = parse_args(argv)
-    check_output_dir(args.output, replace_if=DATASET_MARKER)  # before the build, not after it
-    skipped: list[SkippedRecord] = []
-    ds = build_awm_dataset(
-        inputs,
-        strict=not args.skip_invalid,
-        system_prompt=args.system_prompt or None,
-        skipped=skipped,
-        compact_tools=args.compact_tools,
-        format=args.format,
-        verify_turn=args.verify_turn,
+    out = Path(args.output)
+    check_output_dir(out, replace_if=DATASET_MARKER)  # before the build, not after it
+    needs = sum(f.stat().st_size for f in find_episode_files(inputs, [])) or None  # about the Arrow size
+    with atomic_output_dir(out, replace_if=DATASET_MARKER, needs=needs) as tmp:
+        result = write_awm_dataset(  # streamed: memory flat in the number of episodes
+            inputs,
+            tmp,
+            num_proc=args.num_proc,
+            strict=not args.skip_invalid,
+            system_prompt=args.system_prompt or None,
+            skipped_file=tmp / "skipped.jsonl",
+            compact_tools=args.compact_tools,
+            format=args.format,
+            verify_turn=args.verify_turn,
+        )
+        if not result.skipped:
+            (tmp / "skipped.jsonl").unlink()
+        card = dataset_card(result.counts, skipped=result.skipped)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+    counts = result.counts
+    print(
+        f"built {plural(counts.rows, 'episode')} from {plural(len(counts.scenarios), 'scenario')}, "
+        f"format {args.format} -> {out}"
     )
-    out = save_dataset(ds, args.output, skipped=skipped, push_to_hub=args.push_to_hub, private=args.private or None)
-    scenarios = len(set(ds["scenario"]))
-    print(f"built {plural(len(ds), 'episode')} from {plural(scenarios, 'scenario')}, format {args.format} -> {out}")
-    if skipped:
-        print(f"skipped {len(skipped)} invalid record(s); reasons in {out / 'skipped.jsonl'}:", file=sys.stderr)
-        for s in skipped[:10]:
-            print(f"  {s.reason}", file=sys.stderr)
-        if len(skipped) > 10:
-            print(f"  ... and {len(skipped) - 10} more", file=sys.stderr)
+    if result.skipped:
+        print(f"skipped {result.skipped} invalid record(s); reasons in {out / 'skipped.jsonl'}:", file=sys.stderr)
+        for reason in result.reasons:
+            print(f"  {reason}", file=sys.stderr)
+        if result.skipped > len(result.reasons):
+            print(f"  ... and {result.skipped - len(result.reasons)} more", file=sys.stderr)
     if args.push_to_hub:
+        push_dataset(load_echo_dataset(out), card, args.push_to_hub, private=args.private or None, saved=out)
         print(f"pushed to https://huggingface.co/datasets/{args.push_to_hub}")
     return 0

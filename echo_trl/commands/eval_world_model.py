@@ -58,6 +58,8 @@ class EvalWorldModelArguments:
             ``auto``, ``float32``, ``bfloat16`` or ``float16``.
         trust_remote_code (`bool`, *optional*, defaults to `False`):
             Allow the model's custom code to run.
+        num_proc (`int` or `None`, *optional*):
+            Processes building the token cache when it is missing (default: the cores available).
         json (`bool`, *optional*, defaults to `False`):
             Print one JSON object on stdout and nothing else.
     """
@@ -94,9 +96,19 @@ class EvalWorldModelArguments:
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow the model's custom code to run"})
     json: bool = field(default=False, metadata={"help": "print one JSON object on stdout and nothing else"})
+    num_proc: int | None = field(
+        default=None,
+        metadata={
+            "help": "processes building the token cache (shared with train / sft / stats) when it is missing "
+            "(default: the cores available)",
+            "metavar": "N",
+        },
+    )
 
     def __post_init__(self):
         positive_int("max_rendered_chars", self.max_rendered_chars)
+        if self.num_proc is not None:
+            positive_int("num_proc", self.num_proc)
 
 
 def make_parser() -> CommandParser:
@@ -115,6 +127,7 @@ def parse_args(argv: list[str]) -> EvalWorldModelArguments:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    from ..tokens.cache import tokenize_dataset
     from ..train.world_eval import evaluate_world_model  # torch: after parsing, so --help answers at once
 
     for name, what in ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer")):
@@ -126,6 +139,8 @@ def main(argv: list[str]) -> int:
     model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
+    # the token cache train / sft / stats share (built when missing; with --limit only read if it exists)
+    ds = tokenize_dataset(ds, tokenizer, build=args.limit is None, num_proc=args.num_proc) or ds
     result = evaluate_world_model(
         model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
     )

@@ -9,10 +9,10 @@ from typing import Any
 from ..command_line import CommandParser, FlagValueError, command_parser, parse_command, positive_int
 from ..data.card import plural
 from ..errors import EchoTrlError
-from ..progress import progress
+from ..tokens.cache import row_tokens, tokenize_dataset
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
-from ..tokens.stats import format_stats, token_stats
-from ..tokens.tokenization import annotate_roles, tokenize_batch, tokenize_with_roles
+from ..tokens.stats import format_stats, token_stats, truncated
+from ..tokens.tokenization import annotate_roles, tokenize_with_roles
 from .loading import load_tokenizer, load_trajectories
 
 DESCRIPTION = """\
@@ -49,6 +49,8 @@ class StatsArguments:
             Refuse a row whose conversation rendered by the chat template is longer than this many characters.
         trust_remote_code (`bool`, *optional*, defaults to `False`):
             Allow the tokenizer's custom code to run.
+        num_proc (`int` or `None`, *optional*):
+            Processes building the token cache when it is missing (default: the cores available).
 
         > Parameters that control what is printed
 
@@ -87,9 +89,19 @@ class StatsArguments:
         },
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow the tokenizer's custom code to run"})
+    num_proc: int | None = field(
+        default=None,
+        metadata={
+            "help": "processes building the token cache (shared with train / sft / eval-world-model) when it is "
+            "missing (default: the cores available)",
+            "metavar": "N",
+        },
+    )
 
     def __post_init__(self):
         positive_int("max_rendered_chars", self.max_rendered_chars)
+        if self.num_proc is not None:
+            positive_int("num_proc", self.num_proc)
         if self.max_length is not None and self.max_length < 1:
             raise FlagValueError(f"--max_length {self.max_length}: expected a positive number of tokens")
 
@@ -113,41 +125,32 @@ def parse_args(argv: list[str]) -> tuple[str, StatsArguments]:
 
 
 def truncation_report(
-    tokenizer, dataset, max_length: int, *, batch_size: int = 64, show_progress: bool | None = None
+    tokenizer, dataset, max_length: int, *, show_progress: bool | None = None, num_proc: int | None = None
 ) -> dict[str, Any]:
-    """What cutting each trajectory at ``max_length`` tokens (at a completion message end) would remove.
+    """What cutting each trajectory at ``max_length`` tokens (at a completion message end) would remove, from the
+    token cache (the rows longer than the cut are the only ones read).
 
     A row whose prompt alone is longer is reported as such (nothing of it would be left to train on)
     instead of failing the whole report: finding those rows is what the report is for.
     """
+    tokens = tokenize_dataset(dataset, tokenizer, show_progress=show_progress, num_proc=num_proc)
     rows: list[dict[str, Any]] = []
     cut_by_role: dict[str, int] = {}
-    n = len(dataset)
-    for start in progress(
-        range(0, n, batch_size),
-        desc=f"cutting at {max_length}",
-        unit="batch",
-        total=(n + batch_size - 1) // batch_size,
-        enable=show_progress,
-    ):
-        batch = dataset.select(range(start, min(start + batch_size, n)))
-        for i, (row, full) in enumerate(zip(batch, tokenize_batch(tokenizer, list(batch)), strict=True)):
-            if len(full) <= max_length:
-                continue
-            entry: dict[str, Any] = {"row": start + i, "group_id": row["group_id"], "tokens": len(full)}
-            if full.prompt_length > max_length:
-                entry.update(prompt_tokens=full.prompt_length, prompt_exceeds=True)
-            else:
-                kept = full.truncate(max_length)
-                whole, left = full.counts(), kept.counts()
-                entry.update(
-                    cut_tokens=len(full) - len(kept),
-                    cut_messages=kept.truncated_messages,
-                    cut_by_role={r: whole[r] - left[r] for r in whole if whole[r] != left[r]},
-                )
-                for r, v in entry["cut_by_role"].items():
-                    cut_by_role[r] = cut_by_role.get(r, 0) + v
-            rows.append(entry)
+    for i, length, kept in truncated(tokens, max_length):
+        full = row_tokens(tokens[i])
+        entry: dict[str, Any] = {"row": i, "group_id": tokens[i]["group_id"], "tokens": length}
+        if kept is None:
+            entry.update(prompt_tokens=full.prompt_length, prompt_exceeds=True)
+        else:
+            whole, left = full.counts(), kept.counts()
+            entry.update(
+                cut_tokens=length - len(kept),
+                cut_messages=kept.truncated_messages,
+                cut_by_role={r: whole[r] - left[r] for r in whole if whole[r] != left[r]},
+            )
+            for r, v in entry["cut_by_role"].items():
+                cut_by_role[r] = cut_by_role.get(r, 0) + v
+        rows.append(entry)
     cut = [r for r in rows if not r.get("prompt_exceeds")]
     return {
         "max_length": max_length,
@@ -204,10 +207,12 @@ def main(argv: list[str]) -> int:
         print(annotate_roles(tokenizer, tokens))
         return 0
     show_progress = False if args.json else None
-    stats = token_stats(tokenizer, dataset, show_progress=show_progress)
+    stats = token_stats(tokenizer, dataset, show_progress=show_progress, num_proc=args.num_proc)
     report = None
     if args.max_length is not None:
-        report = truncation_report(tokenizer, dataset, args.max_length, show_progress=show_progress)
+        report = truncation_report(
+            tokenizer, dataset, args.max_length, show_progress=show_progress, num_proc=args.num_proc
+        )
         stats.update(
             {k: report[k] for k in ("max_length", "truncated_episodes", "truncated_tokens")}, truncation=report
         )

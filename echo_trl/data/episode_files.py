@@ -154,27 +154,44 @@ def iter_episode_records(inputs: Iterable[str | Path]) -> Iterator[EpisodeRecord
     files = find_episode_files(inputs, problems)
     for problem in problems:
         yield EpisodeRecord(problem.source, "", error=problem)
+    yield from iter_file_records(files)
+
+
+def iter_file_records(files: Iterable[Path]) -> Iterator[EpisodeRecord]:
+    """Every raw record of episode files already found, in order. A JSONL file is read a line at a time (memory
+    bounded by its longest line, whatever its size); a JSON file whole."""
     for path in files:
         source = str(path)
+        if path.suffix.lower() == ".jsonl":
+            yield from _jsonl_records(path, source)
+            continue
         try:
             data = path.read_bytes()
         except OSError as exc:
-            yield EpisodeRecord(
-                source, "", error=EpisodeError(f"cannot read file: {exc.strerror or exc}", source=source)
-            )
+            yield _unreadable(source, exc)
             continue
-        if path.suffix.lower() == ".jsonl":
-            for lineno, line in enumerate(data.split(b"\n"), start=1):
-                if not line.strip():
-                    continue
-                yield _parse_record(line, source, str(lineno))
+        rec = _parse_record(data, source, "")
+        if rec.error is None and isinstance(rec.data, list):
+            for i, item in enumerate(rec.data):
+                yield EpisodeRecord(source, f"[{i}]", data=item, raw=None)
         else:
-            rec = _parse_record(data, source, "")
-            if rec.error is None and isinstance(rec.data, list):
-                for i, item in enumerate(rec.data):
-                    yield EpisodeRecord(source, f"[{i}]", data=item, raw=None)
-            else:
-                yield rec
+            yield rec
+
+
+def _unreadable(source: str, exc: OSError) -> EpisodeRecord:
+    return EpisodeRecord(source, "", error=EpisodeError(f"cannot read file: {exc.strerror or exc}", source=source))
+
+
+def _jsonl_records(path: Path, source: str) -> Iterator[EpisodeRecord]:
+    """The records of one JSONL file, streamed; lines split at ``\\n`` only (a ``\\r`` stays in its line)."""
+    try:
+        with path.open("rb") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                line = line.removesuffix(b"\n")
+                if line.strip():
+                    yield _parse_record(line, source, str(lineno))
+    except OSError as exc:
+        yield _unreadable(source, exc)
 
 
 def _parse_record(raw: bytes, source: str, record: str) -> EpisodeRecord:

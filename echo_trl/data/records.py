@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,12 @@ from ..progress import progress
 from ..roles import Trajectory
 from .awm import awm_record_to_trajectory
 from .conversations import conversation_to_trajectory
-from .episode_files import iter_episode_records
+from .episode_files import EpisodeRecord, iter_episode_records
 from .fields import check_text
 from .formats import FORMATS, VERIFY_TURNS, default_verify_turn
 from .prompt import DEFAULT_SYSTEM_PROMPT
 
-__all__ = ["awm_episode_to_trajectory", "load_awm_episodes"]
+__all__ = ["awm_episode_to_trajectory", "iter_awm_trajectories", "load_awm_episodes"]
 
 
 @dataclass(frozen=True)
@@ -144,10 +144,45 @@ def load_awm_episodes(
     builder passes its Arrow encoder), so an :class:`EpisodeError` it raises names this record.
     Input that yields no episode at all is an error in both modes.
     ``format`` and ``verify_turn``: see :func:`awm_episode_to_trajectory`.
+    All in memory: :func:`iter_awm_trajectories` streams them (what the dataset builder uses).
     """
     inputs = list(inputs)
-    trajectories, skipped = [], []
-    for rec in progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress):
+    skipped: list[SkippedRecord] = []
+    records = progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress)
+    options = {"system_prompt": system_prompt, "compact_tools": compact_tools, "format": format}
+    converted = iter_awm_trajectories(
+        records, strict=strict, on_skip=skipped.append, check=check, verify_turn=verify_turn, **options
+    )
+    trajectories = [t for t, _ in converted]
+    if not trajectories:
+        raise no_valid_episodes(inputs, len(skipped), skipped[0].reason if skipped else None)
+    return trajectories, skipped
+
+
+def no_valid_episodes(inputs: list, n_skipped: int, first_reason: str | None) -> EpisodeError:
+    """The error of input that yields no episode at all (both modes)."""
+    where = ", ".join(map(str, inputs)) or "<no inputs>"
+    detail = f"all {n_skipped} record(s) are invalid; first: {first_reason}" if n_skipped else "no episode records"
+    return EpisodeError(f"no valid episodes ({detail})", source=where)
+
+
+def iter_awm_trajectories(
+    records: Iterable[EpisodeRecord],
+    *,
+    strict: bool = True,
+    on_skip: Callable[[SkippedRecord], None] | None = None,
+    check: Callable[[Trajectory], Any] | None = None,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    compact_tools: bool = False,
+    format: str = "chat-template",
+    verify_turn: str | None = None,
+) -> Iterator[tuple[Trajectory, Any]]:
+    """Each valid record of ``records`` as ``(trajectory, check(trajectory))``, one at a time (nothing kept).
+
+    ``check`` runs inside the record's error handling (an :class:`EpisodeError` it raises names the record);
+    ``strict`` raises the first error, else each rejected record goes to ``on_skip``.
+    """
+    for rec in records:
         try:
             if rec.error is not None:
                 raise rec.error
@@ -160,20 +195,12 @@ def load_awm_episodes(
                 format=format,
                 verify_turn=verify_turn,
             )
-            if check is not None:
-                check(trajectory)
-            trajectories.append(trajectory)
+            checked = check(trajectory) if check is not None else None
         except EpisodeError as exc:
             exc = exc.at(source=rec.source, record=rec.record or None)
             if strict:
                 raise exc from None
-            skipped.append(SkippedRecord(rec.source, rec.record, str(exc), rec.data if rec.error is None else rec.raw))
-    if not trajectories:
-        where = ", ".join(map(str, inputs)) or "<no inputs>"
-        detail = (
-            f"all {len(skipped)} record(s) are invalid; first: {skipped[0].reason}"
-            if skipped
-            else "no episode records"
-        )
-        raise EpisodeError(f"no valid episodes ({detail})", source=where)
-    return trajectories, skipped
+            if on_skip is not None:
+                on_skip(SkippedRecord(rec.source, rec.record, str(exc), rec.data if rec.error is None else rec.raw))
+            continue
+        yield trajectory, checked

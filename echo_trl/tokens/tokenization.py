@@ -144,6 +144,11 @@ class _Encoder:
     end-of-turn token, gives exactly the ids of tokenizing ``text`` whole. That is checked
     against a whole-text encode the first time per tokenizer; on any mismatch the cache is
     switched off for that tokenizer (and a warning says so).
+
+    The cache keeps the ``max_entries`` preambles used last (least recently used goes first), but a
+    batch's own preambles are pinned while it is encoded: they are looked up in the batch's own table,
+    so a batch that interleaves more scenarios than the cache holds (a shuffled AWM-1K dataset: up to
+    64 of 1,000 scenarios in one batch) never loses one it still needs.
     """
 
     def __init__(self, tokenizer, max_entries: int = 64):
@@ -162,21 +167,30 @@ class _Encoder:
             for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
         ]
 
+    def _preambles(self, pres: list[str]) -> dict[str, tuple[list[int], np.ndarray]]:
+        """The tokens of every preamble of one batch (pinned: the batch's own table), the cache refreshed after."""
+        needed = dict.fromkeys(p for p in pres if p)  # first-use order
+        missing = [p for p in needed if p not in self.cache]
+        table = {p: self.cache[p] for p in needed if p in self.cache}
+        table.update(zip(missing, self._raw(missing), strict=True))
+        for pre in needed:  # most recently used last
+            self.cache.pop(pre, None)
+            self.cache[pre] = table[pre]
+        while len(self.cache) > self.max_entries:
+            self.cache.pop(next(iter(self.cache)))
+        return table
+
     def encode(self, texts: list[str], splits: list[int]) -> list[tuple[list[int], np.ndarray]]:
         """Ids and token start offsets of each text; ``splits[i]`` is a safe preamble end (0: none)."""
         if not self.enabled:
             return self._raw(texts)
         pres = [t[:p] for t, p in zip(texts, splits, strict=True)]
-        missing = sorted({p for p in pres if p and p not in self.cache})
-        for pre, enc in zip(missing, self._raw(missing), strict=True):
-            if len(self.cache) >= self.max_entries:
-                self.cache.pop(next(iter(self.cache)))
-            self.cache[pre] = enc
+        table = self._preambles(pres)
         rests = self._raw([t[len(p) :] for t, p in zip(texts, pres, strict=True)])
         out = []
         for pre, (ids, starts) in zip(pres, rests, strict=True):
             if pre:
-                pids, pstarts = self.cache[pre]
+                pids, pstarts = table[pre]
                 ids, starts = pids + ids, np.concatenate([pstarts, starts + len(pre)])
             out.append((ids, starts))
         if not self.verified and texts:

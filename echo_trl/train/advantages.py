@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import DatasetSchemaError
+from ..tokens.cache import add_row_column
 
 #: Column holding each recorded trajectory's precomputed GRPO advantage.
 ADVANTAGE_COLUMN = "echo_advantage"
@@ -79,7 +80,7 @@ def with_advantages(ds, scale_rewards: str, name: str):
         else:
             groups = [str(i) for i in range(len(ds))]
         adv = group_advantages(rewards, groups, scale_rewards)
-    return ds.add_column(ADVANTAGE_COLUMN, adv.tolist())
+    return add_row_column(ds, ADVANTAGE_COLUMN, adv.tolist())  # a row selection kept: no copy, the same token cache
 
 
 def collated_advantages(

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 from datasets import Dataset, IterableDataset
 from trl.trainer.utils import RepeatSampler
 
 from ..errors import EchoTrlError
-from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
+from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, add_row_column, tokenize_dataset
 from . import metrics, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
 from .collator import STARTING_LOGPS, TRAIN_INDEX, CollatorSettings, collate_features, trajectory_features
@@ -127,7 +128,7 @@ def prepare_eval(eval_dataset, scale_rewards: str, tokenizer=None):
         return eval_dataset
     ds = with_advantages(eval_dataset, scale_rewards, "eval_dataset")
     ds = ds.remove_columns([c for c in (EVAL_INDEX_COLUMN, STARTING_LOGPS) if c in ds.column_names])
-    ds = ds.add_column(EVAL_INDEX_COLUMN, list(range(len(ds))))
+    ds = add_row_column(ds, EVAL_INDEX_COLUMN, list(range(len(ds))))
     return ds if tokenizer is None else with_tokens(ds, tokenizer)
 
 
@@ -186,16 +187,28 @@ def check_completion_room(dataset, limit: int | None, name: str) -> None:
         return
     if limit < 1:
         raise EchoTrlError(f"--max_completion_length {limit}: expected a positive number of tokens")
-    firsts = [
-        ends[0] - p if ends else 0 for p, ends in zip(dataset[PROMPT_LENGTH], dataset[MESSAGE_ENDS], strict=True)
-    ]
-    empty = [n for n in firsts if n > limit]
-    if empty:
+    firsts = first_message_tokens(dataset)
+    empty = firsts[firsts > limit]
+    if len(empty):
         raise EchoTrlError(
             f"--max_completion_length {limit} keeps no completion token of {len(empty)} of {len(firsts)} trajectories "
-            f"in {name} (completions are cut at message ends and their first message alone has {min(empty)}-"
-            f"{max(empty)} tokens): use at least {max(firsts)}"
+            f"in {name} (completions are cut at message ends and their first message alone has {int(empty.min())}-"
+            f"{int(empty.max())} tokens): use at least {int(firsts.max())}"
         )
+
+
+def first_message_tokens(dataset: Dataset) -> np.ndarray:
+    """Tokens of each row's first completion message (0 for a row without one), from the cached token columns
+    read as Arrow arrays (no row as Python values)."""
+    table = dataset.select_columns([PROMPT_LENGTH, MESSAGE_ENDS]).with_format("arrow")[:]
+    ends = table[MESSAGE_ENDS].combine_chunks()
+    offsets = ends.offsets.to_numpy()
+    values = ends.flatten().to_numpy(zero_copy_only=False)
+    starts = offsets[:-1] - offsets[0]
+    has = offsets[1:] > offsets[:-1]
+    prompt = table[PROMPT_LENGTH].to_numpy()
+    first = np.where(has, values[np.minimum(starts, max(len(values) - 1, 0))] if len(values) else 0, prompt)
+    return (first - prompt).astype(np.int64)
 
 
 def collate_batch(trainer, rows: list[dict[str, Any]], settings: CollatorSettings) -> dict[str, Any]:

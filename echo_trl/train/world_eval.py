@@ -22,6 +22,7 @@ import torch
 from ..errors import EchoTrlError
 from ..progress import progress
 from ..roles import Role
+from ..tokens.cache import has_tokens, row_tokens
 from ..tokens.tokenization import tokenize_with_roles
 from .batch import CompletionMasks
 from .loss import WorldTotals, masked_nll
@@ -48,7 +49,8 @@ def trajectory_env_nll(
     ``max_length`` cuts the whole trajectory, ``max_completion_length`` its completion, as the trainer
     does (both at a message end).
     """
-    tokens = tokenize_with_roles(tokenizer, row)  # once; the cuts below reuse these tokens
+    # once (the token cache's, when the row carries them); the cuts below reuse these tokens
+    tokens = row_tokens(row) if has_tokens(row) else tokenize_with_roles(tokenizer, row)
     if max_completion_length is not None:
         tokens = tokens.truncate(tokens.prompt_length + max_completion_length)
     if max_length is not None:
@@ -93,7 +95,7 @@ def evaluate_world_model(
     scen: dict[str, dict[str, float]] = defaultdict(lambda: {"env_nll": 0.0, "env_tokens": 0, "trajectories": 0})
     n = 0
     try:
-        rows = list(rows)
+        rows = rows if hasattr(rows, "__len__") else list(rows)  # a dataset is read a row at a time
         for index, row in enumerate(progress(rows, desc="eval env CE", unit="traj", enable=show_progress)):
             try:
                 r = trajectory_env_nll(

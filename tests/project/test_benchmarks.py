@@ -220,3 +220,25 @@ def test_behavior_policy(capsys):
     assert out["no_grad_forwards_of_the_pass"] == out["micro_batches_per_epoch"] == math.ceil(episodes / batch)
     assert all(positive_finite(v) for v in out["median_seconds"].values())
     assert positive_finite(out["pass_over_epoch"]) and positive_finite(out["epoch_ratio_initial_over_current"])
+
+
+def test_scale_episodes_are_distinct_valid_and_sixty_per_scenario(tmp_path):
+    import scale_episodes
+
+    from echo_trl.data.build import build_awm_dataset
+
+    written = scale_episodes.write_episodes(130, tmp_path / "eps", per_file=50)
+    assert written == sum(f.stat().st_size for f in (tmp_path / "eps").glob("*.jsonl"))
+    assert len(list((tmp_path / "eps").glob("*.jsonl"))) == 3
+    ds = build_awm_dataset([tmp_path / "eps"])  # strict: every generated episode is valid
+    assert len(ds) == 130 and len(set(ds["scenario"])) == 3
+    assert sorted(ds["scenario"]).count("library_1_r0") == 60
+    texts = {json.dumps([row["prompt"], row["completion"]]) for row in ds}
+    assert len(texts) == 130  # no two episodes alike
+
+
+def test_scale_linear_fit():
+    import scale
+
+    a, b = scale.linear_fit([1000, 10000, 100000], [2.0 + 0.003 * x for x in (1000, 10000, 100000)])
+    assert math.isclose(a, 2.0) and math.isclose(b, 0.003)

@@ -61,7 +61,7 @@ def test_cached_columns_equal_a_fresh_exact_tokenization(bundled, family, monkey
 def test_second_call_reuses_the_cache_without_tokenizing(saved, monkeypatch):
     tok = tiny_tokenizer("qwen3")
     first = tokenize_dataset(saved, tok)
-    cache = [f["filename"] for f in first.cache_files if "echo-tokens-" in f["filename"]]
+    cache = [f["filename"] for f in first.cache_files if f["filename"].startswith(str(token_cache.cache_root()))]
     assert cache and os.path.exists(cache[0])
 
     def boom(*args, **kwargs):
@@ -96,11 +96,13 @@ def test_stale_token_columns_are_recomputed(bundled, monkeypatch, tmp_path):
     assert fresh[0][TOKEN_COLUMNS[0]] == tokenize_with_roles(tok, bundled[0]).input_ids
 
 
-def test_read_only_dataset_directory_falls_back(saved, monkeypatch, tmp_path):
+def test_nothing_is_written_in_the_dataset_directory(saved, monkeypatch, tmp_path):
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(token_cache.os, "access", lambda path, mode: str(path).startswith(str(tmp_path / "cache")))
+    directory = os.path.dirname(saved.cache_files[0]["filename"])
+    before = sorted(os.listdir(directory))
     ds = tokenize_dataset(saved, tiny_tokenizer("qwen3"))
-    assert any(str(tmp_path / "cache") in f["filename"] for f in ds.cache_files)
+    assert sorted(os.listdir(directory)) == before
+    assert any(f["filename"].startswith(str(tmp_path / "cache" / "tokens")) for f in ds.cache_files)
 
 
 def test_a_row_that_cannot_render_is_named(bundled, monkeypatch, tmp_path):
@@ -155,17 +157,18 @@ def test_an_edit_reaches_datasets_own_caches_through_the_loader(bundled, tmp_pat
 
 
 def test_a_full_disk_while_caching_tokens_is_one_line_and_leaves_nothing(bundled, tmp_path, monkeypatch):
-    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "cache"))
     with small_tmpfs(tmp_path / "small", 4 << 20) as disk:
+        monkeypatch.setenv("ECHO_TRL_CACHE", str(disk / "cache"))
         bundled.save_to_disk(str(disk / "ds"))
         before = sorted(os.listdir(disk / "ds"))
-        fill(disk, leave=64 << 10)  # the dataset fits, its token cache (every column plus the tokens) does not
+        fill(disk, leave=64 << 10)  # the dataset fits, its token cache does not
         with pytest.raises(EchoTrlError) as info:
             tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
         message = str(info.value)
-        assert "\n" not in message and message.startswith(str(disk / "ds" / "echo-tokens-")), message
+        assert "\n" not in message and message.startswith(str(disk / "cache" / "tokens")), message
         assert "no space left on device (needs about" in message
-        assert sorted(os.listdir(disk / "ds")) == before  # no tmpXXXX, no partial cache file
+        assert sorted(os.listdir(disk / "ds")) == before
+        assert os.listdir(disk / "cache" / "tokens") == []  # no staging directory, no partial cache
         (disk / "ballast").unlink()  # space again: the same call now caches the tokens
         tokens = tokenize_dataset(datasets.load_from_disk(str(disk / "ds")), tiny_tokenizer("qwen3"))
         assert tokens[0][IDS_COLUMN] == tokenize_with_roles(tiny_tokenizer("qwen3"), bundled[0]).input_ids

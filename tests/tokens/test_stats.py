@@ -51,7 +51,9 @@ def test_bad_row_is_named_by_index():
     rows[2]["completion"][1]["role"] = "robot"
     from datasets import Dataset
 
-    with pytest.raises(DatasetSchemaError, match=r"row 2: completion\[1\]\.role: unknown role 'robot'"):
+    with pytest.raises(
+        DatasetSchemaError, match=r"row 2 \(group_id 'shop_1/2'\): completion\[1\]\.role: unknown role 'robot'"
+    ):
         token_stats(tok, Dataset.from_list(rows))
 
 

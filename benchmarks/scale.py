@@ -1,0 +1,144 @@
+"""Scale: build time and peak memory, token-cache build time (num_proc 1 and 2) and size, and ``stats``, vs N.
+
+N distinct valid AWM episodes (``scale_episodes.py``: the bundled ones replicated into distinct scenarios, ~31 KB
+each) go through ``echo-trl build-dataset`` (``--num_proc 1``), the token cache build (``tokenize_dataset`` with
+num_proc 1, then 2, each into an empty cache) and ``echo-trl stats`` on the built cache. Every step is its own
+child process measured by ``/usr/bin/time -v`` (CPU seconds = user + system, peak RSS; the machine may be
+shared, so CPU seconds are what compare). The cache's size is compared with its token columns' own bytes
+(int32 ids, int8 roles, int32 prompt length and message ends, three float64 quality values per row). Linear
+fits (least squares) of CPU seconds and peak RSS over N.
+
+    python benchmarks/scale.py [--quick] [--json] [--sizes 1000 10000]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import parser  # noqa: E402
+from scale_episodes import write_episodes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+CACHE_BUILD = """
+import json, sys, datasets
+from transformers import AutoTokenizer
+from echo_trl.tokens.cache import TOKEN_COLUMNS, token_cache_dir, tokenize_dataset
+ds = datasets.load_from_disk(sys.argv[1])
+tok = AutoTokenizer.from_pretrained(sys.argv[2])
+out = tokenize_dataset(ds, tok, num_proc=int(sys.argv[3]), show_progress=False)
+d = token_cache_dir(ds, tok)
+size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+cols = out.select_columns(["echo_input_ids", "echo_message_ends"]).with_format("arrow")[:]
+import pyarrow.compute as pc
+tokens = int(pc.sum(pc.list_value_length(cols["echo_input_ids"])).as_py())
+ends = int(pc.sum(pc.list_value_length(cols["echo_message_ends"])).as_py())
+print(json.dumps({"cache_bytes": size, "token_bytes": 5 * tokens + 4 * ends + 28 * len(out), "tokens": tokens}))
+"""
+
+
+def timed(cmd: list[str], env: dict) -> tuple[dict, str]:
+    """Run ``cmd`` under ``/usr/bin/time -v``: CPU seconds, wall seconds, peak RSS (MB) and its stdout."""
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+
+    def field(name: str) -> str:
+        return re.search(rf"{re.escape(name)}: (.+)", proc.stderr).group(1).strip()
+
+    wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")
+    seconds = sum(float(x) * 60**k for k, x in enumerate(reversed(wall)))
+    cpu = float(field("User time (seconds)")) + float(field("System time (seconds)"))
+    return {
+        "cpu_s": round(cpu, 2),
+        "wall_s": round(seconds, 2),
+        "peak_mb": int(field("Maximum resident set size (kbytes)")) // 1024,
+    }, proc.stdout
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares ``y = a + b x``: (a, b)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs) or 1.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return my - b * mx, b
+
+
+def measure(n: int, root: Path, tokenizer: Path, env: dict) -> dict:
+    episodes, data = root / f"episodes-{n}", root / f"ds-{n}"
+    raw = write_episodes(n, episodes)
+    python = sys.executable
+    build, _ = timed(
+        [python, "-m", "echo_trl.commands.cli", "build-dataset", str(episodes), "-o", str(data), "--num_proc", "1"],
+        env,
+    )
+    arrow = sum(f.stat().st_size for f in data.glob("*.arrow"))
+    row: dict = {"n": n, "input_mb": round(raw / 1e6, 1), "arrow_mb": round(arrow / 1e6, 1), "build": build}
+    for procs in (1, 2):
+        cache_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-{procs}")}
+        stats, out = timed([python, "-c", CACHE_BUILD, str(data), str(tokenizer), str(procs)], cache_env)
+        row[f"cache_np{procs}"] = stats
+        row.update(json.loads(out.strip().splitlines()[-1]))
+    stats_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-2")}  # the cache exists: stats reads it
+    row["stats"], _ = timed(
+        [python, "-m", "echo_trl.commands.cli", "stats", str(data), "--tokenizer", str(tokenizer), "--json"], stats_env
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="episode counts (default 1000 10000)")
+    args = p.parse_args(argv)
+    sizes = args.sizes or ([120, 480] if args.quick else [1000, 10000])
+    env = {**os.environ, "ECHO_TRL_PROGRESS": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))}
+    with tempfile.TemporaryDirectory(prefix="echo-scale-") as tmp:
+        root = Path(tmp)
+        sys.path.insert(0, str(REPO))
+        from echo_trl.demo.tiny import build_tiny_tokenizer
+
+        tokenizer = root / "tokenizer"
+        build_tiny_tokenizer("qwen3").save_pretrained(str(tokenizer))
+        rows = [measure(n, root, tokenizer, env) for n in sizes]
+    fits = {}
+    xs = [r["n"] for r in rows]
+    for step in ("build", "cache_np1", "cache_np2", "stats"):
+        for metric in ("cpu_s", "peak_mb"):
+            a, b = linear_fit(xs, [r[step][metric] for r in rows])
+            fits[f"{step}.{metric}"] = {"at_0": round(a, 2), "per_1k": round(1000 * b, 3)}
+    out = {"rows": rows, "fits": fits}
+    if args.output:
+        args.output.write_text(json.dumps(out, indent=1), encoding="utf-8")
+    if args.json:
+        print(json.dumps(out))
+        return out
+    print(
+        f"{'N':>7} {'arrow MB':>8} | {'build CPU s':>11} {'peak MB':>7} | {'cache np1 CPU/wall s':>20} "
+        f"{'np2 CPU/wall s':>15} {'np1/np2 wall':>12} {'peak MB':>7} | {'cache/tokens':>12} | "
+        f"{'stats CPU s':>11} {'peak MB':>7}"
+    )
+    for r in rows:
+        c1, c2 = r["cache_np1"], r["cache_np2"]
+        print(
+            f"{r['n']:>7} {r['arrow_mb']:>8} | {r['build']['cpu_s']:>11} {r['build']['peak_mb']:>7} | "
+            f"{c1['cpu_s']:>9}/{c1['wall_s']:<10} {c2['cpu_s']:>7}/{c2['wall_s']:<7} "
+            f"{c1['wall_s'] / c2['wall_s']:>12.2f} "
+            f"{max(c1['peak_mb'], c2['peak_mb']):>7} | {r['cache_bytes'] / r['token_bytes']:>12.2f} | "
+            f"{r['stats']['cpu_s']:>11} {r['stats']['peak_mb']:>7}"
+        )
+    for name, fit in fits.items():
+        print(f"fit {name}: {fit['at_0']} + {fit['per_1k']} per 1k episodes")
+    return out
+
+
+if __name__ == "__main__":
+    main()
