@@ -171,7 +171,10 @@ def _rollout(tok):
 
     def rollout(prompts, trainer):
         out = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "logprobs": None}
-        for i, p in enumerate(prompts):
+        seen: dict[str, int] = {}
+        for p in prompts:  # the k-th generation of a prompt: the same in every process layout
+            i = seen[str(p)] = seen.get(str(p), -1) + 1
+            i += int(p[-1]["content"].split()[-1][:-1])
             p_ids = tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
             call = tok(f"call {CITIES[i % len(CITIES)]}<|im_end|>", add_special_tokens=False)["input_ids"]
             result = tok(f" result {i % 3} wind {len(p_ids) % 7}", add_special_tokens=False)["input_ids"]
@@ -256,3 +259,74 @@ def test_online_sharing_shuffles_whole_groups(tmp_path):
     keys = [[ids[m.bool()].tolist() for ids, m in zip(b["prompt_ids"], b["prompt_mask"], strict=True)] for b in micro]
     assert all(k[0] == k[1] for k in keys)  # each micro-batch is one group
     assert len({str(k[0]) for k in keys}) == 4
+
+
+_DDP_SCRIPT = """
+import os, sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {tests!r})
+sys.path.insert(0, {here!r})
+from test_online_sharing import run_grabbing_gradients
+run_grabbing_gradients(2, sys.argv[1], share=True)
+from echo_trl.commands.launch_checks import leave_process_group
+leave_process_group()
+"""
+
+
+def run_grabbing_gradients(per_device: int, out: str, *, share: bool) -> None:
+    """One optimizer step over 2 groups (rank 0 saves the all-reduced gradient to ``out``)."""
+    import os
+    from pathlib import Path
+
+    from transformers import TrainerCallback
+
+    class Grab(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            if int(os.environ.get("RANK", "0")) == 0:
+                torch.save({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, out)
+
+    tok = tiny_tokenizer("qwen3")
+    args = config(Path(out).parent, share, per_device_train_batch_size=per_device, max_grad_norm=0.0)
+    EchoGRPOTrainer(
+        tiny_model(),
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=prompts(4),
+        processing_class=tok,
+        rollout_func=_rollout(tok),
+        callbacks=[Grab()],
+    ).train()
+
+
+def test_two_sharing_processes_give_the_single_unshared_process_gradient(tmp_path):
+    """Real data parallelism online (torchrun, 2 CPU processes, gloo, a rollout_func): each process shares its
+    group's prompt; the all-reduced gradient equals one unshared process's over both groups (in this process)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers.processes import free_port
+
+    run_grabbing_gradients(4, str(tmp_path / "single.pt"), share=False)
+    script = tmp_path / "ddp_online.py"
+    here = Path(__file__).parent
+    script.write_text(_DDP_SCRIPT.format(tests=str(here.parent), here=str(here)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
+    run = subprocess.run(
+        [*launch, str(script), str(tmp_path / "ddp.pt")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-7, msg=name)
