@@ -35,6 +35,7 @@ from .train.offline import EVAL_INDEX_COLUMN
 from .train.online_masks import add_online_masks
 from .train.precision import FP16_WARNING, check_world_finite, uses_fp16
 from .train.prepare import prepare_datasets
+from .train.rollout_threads import RolloutThreads
 from .train.sampler import ResumableRepeatSampler
 from .train.world_eval import HeldOutTotals
 
@@ -126,6 +127,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_rollouts: GeneratedRollouts | None = None  # the last _generate's, for the masks
         self._echo_loss_forward: LossForward | None = None  # set by _compute_loss for its one loss forward
         self._echo_eval = HeldOutTotals()
+        self._echo_threads = RolloutThreads()  # a batch's environment work in flight together
 
     # ----------------------------------------------------------------------------------------
     # Datasets, samplers, checkpoints
@@ -201,6 +203,16 @@ class EchoGRPOTrainer(GRPOTrainer):
             forward.logps, forward.tokens_run = result[0], shared.forwarded_tokens if shared else None
             fill_unrecorded_old_logps(forward.inputs, forward.logps)  # ratio 1, as TRL does for on-policy rows
         return result
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *args):
+        # TRL 1.16 calls the rollouts' tools one rollout after another: for environments declaring concurrent
+        # rollouts, each iteration's calls of every rollout go out together (train/rollout_threads.py)
+        with trl_compat.concurrent_tool_calls(self, completions, self._echo_threads):
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        trl_compat.verify_concurrently(self, self._echo_threads)  # environments' get_reward in threads, first
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate(self, prompts: list):
         result = super()._generate(prompts)

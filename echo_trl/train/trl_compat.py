@@ -20,6 +20,9 @@ of what this module relies on. When TRL changes, this module (and the overridden
   assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
 * the old-log-prob and reference-model branches of ``_generate_and_score_completions``
   (:func:`add_sampling_logps`, :func:`needs_old_logps`, :func:`reference_logps`);
+* ``environments`` and ``_sync_tool_dicts`` (the batch's environments and per-rollout sync tools, set by
+  ``_generate`` before ``_tool_call_loop``), which :func:`concurrent_tool_calls` swaps inside a ``with`` block
+  around ``_tool_call_loop``, and which :func:`verify_concurrently` scores before ``_calculate_rewards``;
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
   ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`);
 * ``_prepare_inputs``' ``shuffle_sequence_dict`` of the generation batch before ``split_tensor_dict``
@@ -41,6 +44,7 @@ from trl.trainer.utils import use_adapter
 from ..prefix.attention import SharedLogps, shared_logps
 from ..prefix.order import blocks_in_drawn_order
 from .batch import GeneratedRollouts, forward_inputs
+from .rollout_threads import RolloutThreads, ToolPrefetch, concurrent, verify_all
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -261,6 +265,33 @@ def needs_old_logps(trainer) -> bool:
     return trainer.args.gradient_accumulation_steps % generate_every != 0 or (
         trainer.use_vllm and trainer.vllm_importance_sampling_correction
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Environment work of a batch in flight together (environments that declare concurrent_rollouts)
+
+
+@contextmanager
+def concurrent_tool_calls(trainer, completions: list, threads: RolloutThreads):
+    """Inside the block, TRL 1.16's ``_tool_call_loop`` reads per-rollout tools whose calls go out for every
+    rollout at once (:class:`~echo_trl.train.rollout_threads.ToolPrefetch`), when the batch's environments allow it."""
+    original = getattr(trainer, "_sync_tool_dicts", None)
+    if original is None or not concurrent(trainer.environments):
+        yield
+        return
+    trainer._sync_tool_dicts = ToolPrefetch(completions, original, threads.executor(len(original))).dicts
+    try:
+        yield
+    finally:
+        trainer._sync_tool_dicts = original
+
+
+def verify_concurrently(trainer, threads: RolloutThreads) -> None:
+    """The batch's environments' ``get_reward`` run in threads before TRL 1.16's ``_calculate_rewards`` calls them
+    one by one (they return their first result again), when the environments allow it."""
+    environments = trainer.environments
+    if concurrent(environments):
+        verify_all(environments, threads.executor(len(environments)))
 
 
 # --------------------------------------------------------------------------------------------

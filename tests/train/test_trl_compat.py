@@ -51,7 +51,34 @@ HOOKS = {
     "_load_rng_state": ["self", "checkpoint"],
     "_get_tool_suffix_ids": ["self", "tool_messages"],
     "_prepare_inputs": ["self", "generation_batch"],
+    "_tool_call_loop": [
+        "self",
+        "prompts",
+        "prompt_ids",
+        "completion_ids",
+        "completions",
+        "logprobs",
+        "images",
+        "multimodal_fields",
+    ],
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "log": ["self", "logs", "start_time"],
 }
+
+
+def test_tool_loop_and_environment_rewards_are_read_as_the_concurrent_path_expects():
+    """What ``concurrent_tool_calls`` / ``verify_concurrently`` rely on in TRL 1.16: the tool loop reads each
+    rollout's sync tools from ``self._sync_tool_dicts[idx]`` and calls them with the parsed arguments, in the order
+    of the last assistant message's ``tool_calls`` (a list TRL appends tool messages to only after the calls), and
+    an environment's reward is its ``get_reward()``."""
+    loop = inspect.getsource(GRPOTrainer._tool_call_loop)
+    assert "sync_tool_dict = self._sync_tool_dicts[idx_with_tool]" in loop
+    assert 'sync_tool_dict[name](**function["arguments"])' in loop
+    assert loop.index("for tool_call in tool_call_list:") < loop.index(
+        "completions[idx_with_tool].append(tool_message)"
+    )
+    assert 'completion.get("tool_calls")' in loop and "completions[idx_with_tool].append(post_tool_completions" in loop
+    assert "e.get_reward() if type(e) is _env_type" in inspect.getsource(GRPOTrainer.__init__)
 
 
 def test_prepare_inputs_shuffles_then_splits_through_module_globals():
