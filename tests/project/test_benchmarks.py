@@ -202,3 +202,27 @@ def test_behavior_policy(capsys):
     assert out["no_grad_forwards_of_the_pass"] == out["micro_batches_per_epoch"] == 2
     assert all(positive_finite(v) for v in out["median_seconds"].values())
     assert positive_finite(out["pass_over_epoch"]) and positive_finite(out["epoch_ratio_initial_over_current"])
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_online_step(capsys):
+    """One G = 2 online step each way on the bundled scenario (servers, tool loop, verifier): every key, real tool
+    calls, the shared forward running the micro-batch's unique tokens (an independent trie count) and the unshared
+    one its padded rows, the same loss both ways."""
+    import online_step
+
+    out = online_step.main(
+        ["--quick", "--json", "--hidden_size", "32", "--num_layers", "1", "--max_completion_length", "256"]
+    )
+    assert last_json_line(capsys)["benchmark"] == "online_step"
+    shared, unshared = out["runs"]["G2_shared"], out["runs"]["G2_unshared"]
+    for r in (shared, unshared):
+        assert r["tool_calls_per_rollout"] > 0 and r["world_tokens"] > 0
+        assert all(positive_finite(r[unit]["step"]) for unit in ("wall", "cpu"))
+        assert 0 <= r["environment_share"] <= 1
+    assert unshared["run_tokens"] == unshared["tokens"]["padded"]
+    assert abs(shared["run_tokens"] - shared["tokens"]["unique"]) <= 2  # a branch costs one duplicated token
+    assert shared["packing_ratio"] > 1.5 > unshared["packing_ratio"]  # two rows sharing a ~3.4k-token prompt
+    assert shared["loss_gap_vs_unshared"] < 1e-5
+    assert positive_finite(out["G2_step_ratio"]) and positive_finite(out["G2_cpu_step_ratio"])
