@@ -381,7 +381,7 @@ def run_trainer(args) -> dict:
             res[name]["seconds"].append(dt)
             res[name]["peak_mb"].append(mb)
     shared_trainer = trainers["shared"]
-    shared = trl_compat.metrics(shared_trainer, "train").get("prefix/forwarded_fraction", [])
+    packing = trl_compat.metrics(shared_trainer, "train").get("batch/packing_ratio", [])  # (own, run) pairs
     settings = CollatorSettings.from_args(shared_trainer.args, context_length(shared_trainer.model))
     features = collate_batch(shared_trainer, rows, settings)
     prompt, completion = int(features["prompt_mask"].sum()), int(features["completion_mask"].sum())
@@ -392,7 +392,7 @@ def run_trainer(args) -> dict:
         "G": G,
         "prompt_tokens": prompt // G,
         "completion_tokens": completion,
-        "forwarded_fraction": round(shared[-1], 3) if shared else None,
+        "forwarded_fraction": round(packing[-1][1] / packing[-1][0], 3) if packing else None,
         "seconds": {n: round(med[n]["seconds"], 3) for n in med},
         "peak_mb": {n: round(med[n]["peak_mb"], 1) for n in med},
         "speedup": ratio(res, "unshared", "shared", "seconds"),

@@ -112,10 +112,11 @@ class EchoGRPOConfig(GRPOConfig):
         > Parameters that control the speed of the offline forward (never its numbers)
 
         prefix_sharing (`bool`, *optional*, defaults to `True`):
-            Offline: forward the common prefixes of a micro-batch once (a group's prompt, a scenario's tool
-            preamble), with every suffix attending to them (`echo_trl.prefix.attention`): the same log-probs,
-            losses and gradients as the unshared forward. Epochs put the rows of a group into the same
-            micro-batch (still each trajectory once per epoch). Not applied online (see docs/prefix_sharing.md).
+            Forward the common prefixes of a micro-batch once (a group's prompt, a scenario's tool preamble),
+            with every suffix attending to them (`echo_trl.prefix.attention`): the same log-probs, losses and
+            gradients as the unshared forward, offline and online. A group's rows stay in one micro-batch
+            (offline: still each trajectory once per epoch). Refused in one line for models it cannot reproduce
+            (sliding window, soft-capping, no rotary embeddings, multimodal: see docs/prefix_sharing.md).
         prefix_sharing_min_tokens (`int`, *optional*, defaults to `64`):
             Shorter common prefixes are forwarded per row (sharing them costs more than it saves).
 
@@ -248,9 +249,9 @@ class EchoGRPOConfig(GRPOConfig):
     prefix_sharing: bool = field(
         default=True,
         metadata={
-            "help": "Offline: forward a micro-batch's common prefixes (a group's prompt, a scenario's tool "
-            "preamble) once; exactly the same log-probs, losses and gradients. Epochs keep a group's rows in one "
-            "micro-batch. Not applied online (TRL's online batch: see docs/prefix_sharing.md)."
+            "help": "Forward a micro-batch's common prefixes (a group's prompt, a scenario's tool preamble) once, "
+            "offline and online; exactly the same log-probs, losses and gradients. A group's rows stay in one "
+            "micro-batch. Refused in one line where it cannot be exact (see docs/prefix_sharing.md)."
         },
     )
     prefix_sharing_min_tokens: int = field(

@@ -23,7 +23,7 @@ from trl import GRPOTrainer
 from .config import TRL_MAX_COMPLETION_LENGTH, EchoGRPOConfig
 from .data.citations import ECHO_PAPER
 from .errors import EchoTrlError
-from .prefix.attention import enable_prefix_tree_attention
+from .prefix.attention import enable_prefix_tree_attention, sharing_refusal
 from .train import metrics, offline, trl_compat
 from .train.batch import CompletionMasks, GeneratedRollouts, LossForward, fill_unrecorded_old_logps
 from .train.collator import TRAIN_INDEX, CollatorSettings
@@ -35,6 +35,7 @@ from .train.offline import EVAL_INDEX_COLUMN
 from .train.online_masks import add_online_masks
 from .train.precision import FP16_WARNING, uses_fp16
 from .train.prepare import prepare_datasets
+from .train.rollout_threads import RolloutThreads
 from .train.sampler import ResumableRepeatSampler
 from .train.world_eval import HeldOutTotals
 
@@ -102,7 +103,11 @@ class EchoGRPOTrainer(GRPOTrainer):
             environment_factory=environment_factory,
         )
         self._echo_settings = CollatorSettings.from_args(args, context_length(self.model))
-        self._echo_offline, self._echo_share = is_offline, is_offline and args.prefix_sharing
+        self._echo_warned: set[str] = set()
+        refusal = args.prefix_sharing and sharing_refusal(self.model, multimodal=trl_compat.is_vlm(self))
+        self._echo_offline, self._echo_share = is_offline, bool(args.prefix_sharing and not refusal)
+        if refusal:  # never inexact: the unshared forward, said in one line
+            self._warn_once("prefix_sharing", f"prefix_sharing is off: {refusal} (TRL's unshared forward instead)")
         if self._echo_share:  # prefix-tree attention, after TRL installed the fused LM head it scores with
             for m in (self.model, self.ref_model):
                 if m is not None:
@@ -122,7 +127,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_rollouts: GeneratedRollouts | None = None  # the last _generate's, for the masks
         self._echo_loss_forward: LossForward | None = None  # set by _compute_loss for its one loss forward
         self._echo_eval = HeldOutTotals()
-        self._echo_warned: set[str] = set()
+        self._echo_threads = RolloutThreads()  # a batch's environment work in flight together
         self._echo_guard = FiniteGuard.added_to(self)  # no non-finite loss, gradient or weight applied or saved
 
     # ----------------------------------------------------------------------------------------
@@ -175,28 +180,40 @@ class EchoGRPOTrainer(GRPOTrainer):
         return output
 
     def _prepare_inputs(self, generation_batch):
-        # Offline: TRL 1.16's _prepare_inputs shuffles the generation batch (its module global shuffle_sequence_dict)
-        # before cutting it into micro-batches; the shuffle only decorrelates micro-batches (the epoch order is
-        # already random) and would scatter the groups the sampler put side by side for prefix sharing: skipped.
-        with trl_compat.keep_generation_order(self._echo_offline):
+        # TRL 1.16's _prepare_inputs shuffles the generation batch row by row (its module global shuffle_sequence_dict)
+        # before cutting it into micro-batches, which scatters a group over them. Offline the batch keeps the sampler's
+        # (random, grouped) order; online with prefix sharing whole groups are shuffled instead (same random draw).
+        with trl_compat.micro_batch_order(offline=self._echo_offline, share=self._echo_share):
             return super()._prepare_inputs(generation_batch)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        """TRL 1.16's forward (loss, old and reference log-probs); offline with prefix sharing, one shared-prefix
-        forward instead (the same values). The first call inside ``_compute_loss`` is its loss forward: recorded
+        """TRL 1.16's forward (loss, old and reference log-probs); with prefix sharing, one shared-prefix forward
+        instead (the same values, fewer tokens). The first call inside ``_compute_loss`` is its loss forward: recorded
         for the world term, and the NaN old log-probs filled with its own before TRL's loss reads them."""
         forward, self._echo_loss_forward = self._echo_loss_forward, None  # the first call only
+        shared = None
         if forward is not None and forward.wants_hidden:  # hidden states of TRL's padded layout: TRL's forward
             with capture_hidden_states(model) as hidden:
                 result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
             forward.hidden = torch.cat(hidden, dim=0)
         else:
-            shared = self._echo_share and trl_compat.shared_forward(self, model, *args, **kwargs)  # offline, exact
-            result = shared or super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            shared = trl_compat.shared_forward(self, model, *args, **kwargs) if self._echo_share else None  # exact
+            result = (shared.logps, shared.entropies, None) if shared else None
+            result = result or super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         if forward is not None:
-            forward.logps = result[0]
+            forward.logps, forward.tokens_run = result[0], shared.forwarded_tokens if shared else None
             fill_unrecorded_old_logps(forward.inputs, forward.logps)  # ratio 1, as TRL does for on-policy rows
         return result
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *args):
+        # TRL 1.16 calls the rollouts' tools one rollout after another: for environments declaring concurrent
+        # rollouts, each iteration's calls of every rollout go out together (train/rollout_threads.py)
+        with trl_compat.concurrent_tool_calls(self, completions, self._echo_threads):
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        trl_compat.verify_concurrently(self, self._echo_threads)  # environments' get_reward in threads, first
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _generate(self, prompts: list):
         result = super()._generate(prompts)
@@ -258,14 +275,15 @@ class EchoGRPOTrainer(GRPOTrainer):
             training=training,
         )
         wl = world_loss(logps, masks.world, normalization=a.world_loss_normalization, divisor=divisor)
-        totals = world_totals(
-            ce_logps, masks, wl, lambda t: self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum")
-        )
+        reduce = lambda t: self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum")  # noqa: E731
+        totals = world_totals(ce_logps, masks, wl, reduce)
         if not training:  # held-out CE: token-weighted over the whole evaluation, each trajectory once
             self._echo_eval.add(inputs.get(EVAL_INDEX_COLUMN), ce_logps, masks, totals, self.accelerator.gather)
         held_out = None if training else self._echo_eval.means()
-        coeff = self._current_coeff()
-        metrics.log_world_term(trl_compat.metrics(self, mode), totals, coeff, held_out)
+        coeff, m = self._current_coeff(), trl_compat.metrics(self, mode)
+        metrics.log_world_term(m, totals, coeff, held_out)
+        trained = masks.world & (coeff != 0) | masks.action & a.use_policy_loss  # the tokens a loss term trains on
+        metrics.log_token_use(m, *forward.token_use(trained), reduce)
         return coeff * wl.loss
 
     # ----------------------------------------------------------------------------------------
@@ -290,6 +308,10 @@ class EchoGRPOTrainer(GRPOTrainer):
         if not _internal_call and (output_dir is None or str(output_dir) == str(self.args.output_dir)):
             name = self.args.hub_model_id.split("/")[-1] if self.args.hub_model_id else None
             self.create_model_card(model_name=name or Path(self.args.output_dir).name)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        metrics.reduce_rates(trl_compat.metrics(self, self._mode()))  # (num, den) pairs: sum / sum, as AsyncGRPO logs
+        super().log(logs, start_time)
 
     def _mode(self) -> str:
         return "train" if self.model.training else "eval"

@@ -150,25 +150,28 @@ def test_shared_and_unshared_runs_are_the_same(tmp_path, case):
         trainer.train()
         runs[share] = trainer
     assert orders[True] == orders[False]  # the same batches in both modes (see grouped_dataset)
-    shared = [h["prefix/forwarded_fraction"] for h in runs[True].state.log_history if "loss" in h]
-    assert shared and all(0 < f < 1 for f in shared)  # really shared, and reported
-    assert all("prefix/forwarded_fraction" not in h for h in runs[False].state.log_history)
+    packing = {s: [h["batch/packing_ratio"] for h in runs[s].state.log_history if "loss" in h] for s in runs}
+    assert packing[True] and all(r > 1 for r in packing[True])  # really shared, and reported
+    assert packing[False] and all(0 < r <= 1 for r in packing[False])  # TRL's padded rows: padding is run too
     if case == "truncation":
         assert any(h["world/truncated_tokens"] > 0 for h in runs[True].state.log_history if "loss" in h)
     _assert_same_runs(runs[False], runs[True])
 
 
-def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
+def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path, monkeypatch):
     """The shuffled grouped order differs from the unshared one: compare one identical micro-batch instead."""
     from transformers import AutoModelForCausalLM
 
     tiny_model().save_pretrained(tmp_path / "model")  # beta > 0: TRL loads the reference model from this path
-    grads, losses, kl = {}, {}, {}
+    grads, losses, kl, calls = {}, {}, {}, []
+    original = trl_compat.shared_logps
+    monkeypatch.setattr(trl_compat, "shared_logps", lambda *a, **k: calls.append(1) or original(*a, **k))
     for share in (False, True):
         model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
         trainer = make(
             tmp_path, share, model=model, shuffle_dataset=True, max_completion_length=60, beta=0.04, num_iterations=2
         )  # the sampling-time old log-probs forward too
+        calls.clear()  # (the starting-model log-probs at init)
         trainer.model.train()
         trainer.current_gradient_accumulation_steps = 1
         inputs = batch(trainer, grouped_dataset(4))
@@ -180,7 +183,7 @@ def test_one_micro_batch_gives_the_same_loss_and_gradient(tmp_path):
         loss.backward()
         losses[share], kl[share] = loss.item(), trl_compat.metrics(trainer, "train")["kl"][-1]
         # shared: the old, reference and loss forwards all went through shared_logps
-        assert len(trl_compat.metrics(trainer, "train").get("prefix/forwarded_fraction", [])) == (3 if share else 0)
+        assert len(calls) == (3 if share else 0)
         grads[share] = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
     assert losses[True] == pytest.approx(losses[False], abs=ATOL) and kl[True] == pytest.approx(kl[False], abs=ATOL)
     assert kl[True] > 0

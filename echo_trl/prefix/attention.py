@@ -35,7 +35,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .tree import PrefixTree, build_prefix_tree, gather_index, rows_from_padded
 
-__all__ = ["enable_prefix_tree_attention", "shared_logps"]
+__all__ = ["enable_prefix_tree_attention", "shared_logps", "sharing_refusal"]
 
 #: Name of the tree attention in ``transformers``' ``AttentionInterface`` / ``AttentionMaskInterface``.
 TREE_ATTENTION = "echo_prefix_tree"
@@ -169,6 +169,29 @@ def enable_prefix_tree_attention(model) -> None:
     base = _unwrap(model)
     if base.config._attn_implementation != TREE_ATTENTION:
         base.set_attn_implementation(TREE_ATTENTION)
+
+
+def sharing_refusal(model, *, multimodal: bool = False) -> str | None:
+    """Why the shared forward of ``model`` would not give the unshared numbers (one line), or ``None``.
+
+    Refused: multimodal models (their position ids and inputs are not the packed text's), sliding-window layers
+    and attention logit soft-capping (the tree attention has neither), and position embeddings that are not
+    rotary (TRL's padded forward counts a row's positions from its first column, padding included; the packed
+    forward from its first token, which only rotary attention cannot tell apart).
+    """
+    if multimodal:
+        return "multimodal models are forwarded unshared"
+    base = _unwrap(model)
+    config = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()) or getattr(
+        config, "use_sliding_window", False
+    ):
+        return f"{config.model_type} has sliding-window attention layers"
+    if getattr(config, "attn_logit_softcapping", None):
+        return f"{config.model_type} soft-caps its attention logits"
+    if not any(type(m).__name__.endswith("RotaryEmbedding") for m in base.modules()):
+        return f"{config.model_type} has no rotary position embeddings"
+    return None
 
 
 def _unwrap(model):

@@ -72,3 +72,26 @@ def repeat_like_trl(
         for _ in range(repeat_count):
             for index in chunk:
                 yield from [index] * mini_repeat_count
+
+
+def blocks_in_drawn_order(row_keys: Sequence[Hashable], permutation: Sequence[int]) -> list[int]:
+    """A permutation of the rows that keeps each block (a run of consecutive rows with equal keys: online, the G
+    generations of a prompt, which TRL's ``RepeatSampler`` puts next to each other) contiguous and in its order,
+    with the blocks ordered as ``permutation`` (a random draw of rows) first meets one of their rows.
+
+    Online, TRL 1.16 shuffles the generation batch row by row (``torch.randperm``) before cutting it into
+    micro-batches, which scatters a group over them; this shuffles whole groups instead, from the same draw (so the
+    random stream is consumed exactly as TRL consumes it).
+    """
+    n = len(row_keys)
+    if sorted(int(i) for i in permutation) != list(range(n)):
+        raise ValueError(f"not a permutation of {n} rows")
+    starts = [i for i in range(n) if i == 0 or row_keys[i] != row_keys[i - 1]]
+    block_of = np.zeros(n, dtype=np.int64)
+    for b, start in enumerate(starts):
+        block_of[start:] = b
+    first_seen: dict[int, int] = {}
+    for rank, row in enumerate(permutation):
+        first_seen.setdefault(int(block_of[int(row)]), rank)
+    ends = [*starts[1:], n]
+    return [i for b in sorted(first_seen, key=first_seen.get) for i in range(starts[b], ends[b])]

@@ -68,6 +68,14 @@ class LossForward:
     wants_hidden: bool = False  # also record the backbone's last hidden states (the world term re-projects them)
     logps: torch.Tensor | None = None  # per completion token, with grad
     hidden: torch.Tensor | None = None
+    tokens_run: int | None = None  # tokens the shared-prefix forward ran; None: TRL's padded forward (every column)
+
+    def token_use(self, trained: torch.Tensor) -> tuple[int, int, int]:
+        """``(own, run, trained)`` token counts of this forward: the rows' own (unpadded) tokens, the tokens run
+        through the model, and those of them ``trained`` marks (over the completion)."""
+        input_ids, attention_mask, _ = forward_inputs(self.inputs)
+        run = input_ids.numel() if self.tokens_run is None else self.tokens_run
+        return int(attention_mask.sum()), run, int(trained.sum())
 
 
 def fill_unrecorded_old_logps(inputs: dict[str, Any], logps: torch.Tensor) -> None:

@@ -1,7 +1,9 @@
 """The metrics ECHO logs per batch, in one place (TRL averages each list at every log).
 
 Every value is global: summed or gathered over all processes before it is appended, so each
-process logs the same number.
+process logs the same number. A rate is appended as a ``(numerator, denominator)`` pair and logged as
+sum(numerators) / sum(denominators) over the logging window (:func:`reduce_rates`, as TRL 1.16's AsyncGRPO
+``_reduce_metric`` does), never as a mean of per-batch ratios.
 """
 
 from __future__ import annotations
@@ -46,6 +48,28 @@ def log_online_batch(m: dict[str, list[float]], passes: torch.Tensor, align_fail
     m["world/online_align_failures"].append(
         gather(torch.tensor(float(align_failures), device=passes.device)).sum().item()
     )
+
+
+def log_token_use(m: dict[str, list], own: int, run: int, trained: int, reduce: Gather, device=None) -> None:
+    """One loss forward's token use, named and defined as TRL 1.16's AsyncGRPO logs them:
+
+    * ``batch/packing_ratio``: the samples' own tokens (padding excluded) / the tokens actually run through the
+      model (the packed tree when prefixes are shared; the padded rows for TRL's forward). Above 1 = shared;
+    * ``batch/masked_token_frac``: the share of the samples' own tokens that no loss term trains on (prompt,
+      template and, unless the world term trains on them, environment outputs).
+    """
+    own, run, trained = reduce(torch.tensor([own, run, trained], dtype=torch.float64, device=device)).tolist()
+    m["batch/packing_ratio"].append((own, run))
+    m["batch/masked_token_frac"].append((own - trained, own))
+
+
+def reduce_rates(m: dict[str, list]) -> None:
+    """Replace each ``(numerator, denominator)`` list in ``m`` by its one rate, sum / sum (NaN for a zero
+    denominator), before TRL averages the lists at a log."""
+    for key, values in m.items():
+        if values and isinstance(values[0], tuple):
+            numerator, denominator = (sum(v) for v in zip(*values, strict=True))
+            m[key] = [numerator / denominator if denominator else float("nan")]
 
 
 def log_world_term(

@@ -20,10 +20,13 @@ of what this module relies on. When TRL changes, this module (and the overridden
   assistant's end-of-turn token). :func:`render_tool_suffix` renders the same text.
 * the old-log-prob and reference-model branches of ``_generate_and_score_completions``
   (:func:`add_sampling_logps`, :func:`needs_old_logps`, :func:`reference_logps`);
+* ``environments`` and ``_sync_tool_dicts`` (the batch's environments and per-rollout sync tools, set by
+  ``_generate`` before ``_tool_call_loop``), which :func:`concurrent_tool_calls` swaps inside a ``with`` block
+  around ``_tool_call_loop``, and which :func:`verify_concurrently` scores before ``_calculate_rewards``;
 * ``_step`` / ``_buffered_inputs``: the micro-step counter and the generation batch TRL reuses over
   ``steps_per_generation x num_iterations`` micro-steps (:func:`save_generation_buffer`);
 * ``_prepare_inputs``' ``shuffle_sequence_dict`` of the generation batch before ``split_tensor_dict``
-  (:func:`keep_generation_order`, the one module global of TRL's that echo_trl swaps, inside a ``with`` block at
+  (:func:`micro_batch_order`, the one module global of TRL's that echo_trl swaps, inside a ``with`` block at
   its call site in ``trainer.py``).
 """
 
@@ -38,8 +41,10 @@ import trl.trainer.grpo_trainer as grpo
 from trl import GRPOTrainer
 from trl.trainer.utils import use_adapter
 
-from ..prefix.attention import shared_logps
+from ..prefix.attention import SharedLogps, shared_logps
+from ..prefix.order import blocks_in_drawn_order
 from .batch import GeneratedRollouts, forward_inputs
+from .rollout_threads import RolloutThreads, ToolPrefetch, concurrent, verify_all
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -164,15 +169,15 @@ def shared_forward(
     compute_entropy=False,
     compute_aux_loss=False,
     **multimodal,
-) -> tuple | None:
-    """TRL 1.16's ``_get_per_token_logps_and_entropies`` result ``(logps, entropies, None)`` from one shared-prefix
-    forward of the whole micro-batch, scored through the fused LM head TRL's ``__init__`` installed (TRL's
-    ``batch_size`` chunking is not needed: shared rows cost less), or ``None`` where it does not apply (MoE aux
+) -> SharedLogps | None:
+    """What TRL 1.16's ``_get_per_token_logps_and_entropies`` computes (``logps``, ``entropies``; no aux loss), from
+    one shared-prefix forward of the whole micro-batch, scored through the fused LM head TRL's ``__init__`` installed
+    (TRL's ``batch_size`` chunking is not needed: shared rows cost less), or ``None`` where it does not apply (MoE aux
     loss, multimodal inputs): TRL's forward then."""
     if compute_aux_loss or any(v is not None for v in multimodal.values()):
         return None
     with trainer.accelerator.autocast():
-        r = shared_logps(
+        return shared_logps(
             model,
             input_ids,
             attention_mask,
@@ -180,27 +185,44 @@ def shared_forward(
             compute_entropy=compute_entropy,
             min_shared_tokens=trainer.args.prefix_sharing_min_tokens,
         )
-    if r.total_tokens:
-        metrics(trainer, "train" if trainer.model.training else "eval")["prefix/forwarded_fraction"].append(
-            r.forwarded_tokens / r.total_tokens
-        )
-    return r.logps, r.entropies, None
 
 
 @contextmanager
-def keep_generation_order(active: bool = True):
-    """Inside the block, TRL 1.16's ``_prepare_inputs`` splits the generation batch into micro-batches in the
-    sampler's order: its ``shuffle_sequence_dict`` (which only decorrelates micro-batches; the epoch order is
-    already random) would scatter the groups :func:`~echo_trl.prefix.order.prefix_grouped_order` put together."""
-    if not active:
+def micro_batch_order(*, offline: bool, share: bool):
+    """Inside the block, how TRL 1.16's ``_prepare_inputs`` orders the generation batch before
+    ``split_tensor_dict`` cuts it into micro-batches (its module global ``shuffle_sequence_dict``, which only
+    decorrelates micro-batches):
+
+    * offline: in the sampler's order (the epoch order is already random, and
+      :func:`~echo_trl.prefix.order.prefix_grouped_order` put the groups together);
+    * online with prefix sharing: whole groups shuffled (:func:`~echo_trl.prefix.order.blocks_in_drawn_order`, from
+      TRL's own ``randperm`` draw), so a group's generations stay in one micro-batch;
+    * online without: TRL's row shuffle.
+    """
+    if not offline and not share:
         yield
         return
     original = grpo.shuffle_sequence_dict
-    grpo.shuffle_sequence_dict = lambda batch: batch
+    grpo.shuffle_sequence_dict = (lambda batch: batch) if offline else _shuffle_groups
     try:
         yield
     finally:
         grpo.shuffle_sequence_dict = original
+
+
+def _shuffle_groups(batch: dict[str, Any]) -> dict[str, Any]:
+    """TRL's ``shuffle_sequence_dict`` moving whole groups (rows with the same prompt, next to each other)."""
+    n = len(batch["prompt_ids"])
+    rows = zip(batch["prompt_ids"], batch["prompt_mask"], strict=True)
+    keys = [ids[mask.bool()].cpu().numpy().tobytes() for ids, mask in rows]
+    order = torch.as_tensor(blocks_in_drawn_order(keys, torch.randperm(n).tolist()), dtype=torch.long)
+
+    def permute(v):
+        if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+            return v
+        return v[order] if isinstance(v, torch.Tensor) else [v[i] for i in order]
+
+    return {key: permute(value) for key, value in batch.items()}
 
 
 def run_loss_forward(trainer, model, inputs: dict[str, Any]) -> None:
@@ -243,6 +265,33 @@ def needs_old_logps(trainer) -> bool:
     return trainer.args.gradient_accumulation_steps % generate_every != 0 or (
         trainer.use_vllm and trainer.vllm_importance_sampling_correction
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Environment work of a batch in flight together (environments that declare concurrent_rollouts)
+
+
+@contextmanager
+def concurrent_tool_calls(trainer, completions: list, threads: RolloutThreads):
+    """Inside the block, TRL 1.16's ``_tool_call_loop`` reads per-rollout tools whose calls go out for every
+    rollout at once (:class:`~echo_trl.train.rollout_threads.ToolPrefetch`), when the batch's environments allow it."""
+    original = getattr(trainer, "_sync_tool_dicts", None)
+    if original is None or not concurrent(trainer.environments):
+        yield
+        return
+    trainer._sync_tool_dicts = ToolPrefetch(completions, original, threads.executor(len(original))).dicts
+    try:
+        yield
+    finally:
+        trainer._sync_tool_dicts = original
+
+
+def verify_concurrently(trainer, threads: RolloutThreads) -> None:
+    """The batch's environments' ``get_reward`` run in threads before TRL 1.16's ``_calculate_rewards`` calls them
+    one by one (they return their first result again), when the environments allow it."""
+    environments = trainer.environments
+    if concurrent(environments):
+        verify_all(environments, threads.executor(len(environments)))
 
 
 # --------------------------------------------------------------------------------------------

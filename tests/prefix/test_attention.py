@@ -18,6 +18,7 @@ from echo_trl.prefix.attention import (
     TREE_ATTENTION,
     enable_prefix_tree_attention,
     shared_logps,
+    sharing_refusal,
 )
 from echo_trl.train.loss import world_loss
 
@@ -283,3 +284,24 @@ def test_children_split_into_query_blocks(monkeypatch):
     (lp0, _, _, g0), (lp1, _, _, g1) = _both(model, ids, mask, k, _weighted(k, 5))
     torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-5)
     _assert_grads_equal(g1, g0)
+
+
+def test_models_sharing_cannot_reproduce_are_refused_in_one_line():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = tiny_tokenizer("qwen3")
+    assert sharing_refusal(build_tiny_model(tok, "qwen3", hidden_size=32)) is None
+    small = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
+    cases = {
+        "sliding-window attention layers": AutoConfig.for_model(
+            "qwen2", **small, use_sliding_window=True, sliding_window=8, max_window_layers=0
+        ),
+        "soft-caps its attention logits": AutoConfig.for_model(
+            "gemma2", **small, head_dim=8, layer_types=["full_attention"] * 2
+        ),
+        "no rotary position embeddings": AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=1, n_head=2),
+    }
+    for reason, config in cases.items():
+        refusal = sharing_refusal(AutoModelForCausalLM.from_config(config))
+        assert refusal is not None and reason in refusal and "\n" not in refusal, (reason, refusal)
+    assert "multimodal" in sharing_refusal(build_tiny_model(tok, "qwen3", hidden_size=32), multimodal=True)

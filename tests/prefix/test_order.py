@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from trl.trainer.utils import RepeatSampler
 
-from echo_trl.prefix.order import prefix_grouped_order, repeat_like_trl
+from echo_trl.prefix.order import blocks_in_drawn_order, prefix_grouped_order, repeat_like_trl
 
 
 def _runs(labels):
@@ -63,3 +64,18 @@ def test_stream_matches_trls_repeat_sampler(n, batch, repeat, mini):
         RepeatSampler(list(range(n)), mini_repeat_count=mini, batch_size=batch, repeat_count=repeat, shuffle=False)
     )
     assert list(repeat_like_trl(list(range(n)), batch, repeat, mini)) == want
+
+
+def test_blocks_move_whole_in_the_order_the_draw_first_meets_them():
+    keys = ["a", "a", "b", "b", "b", "a", "c"]  # "a" twice, apart: two blocks (a block is a run of equal keys)
+    assert blocks_in_drawn_order(keys, [6, 3, 0, 1, 2, 4, 5]) == [6, 2, 3, 4, 0, 1, 5]
+    assert blocks_in_drawn_order(keys, list(range(7))) == list(range(7))
+    for seed in range(5):
+        draw = np.random.default_rng(seed).permutation(7).tolist()
+        out = blocks_in_drawn_order(keys, draw)
+        assert sorted(out) == list(range(7))
+        for start, size in ((0, 2), (2, 3), (5, 1), (6, 1)):  # each block contiguous, in its own order
+            first = out.index(start)
+            assert out[first : first + size] == list(range(start, start + size))
+    with pytest.raises(ValueError, match="not a permutation of 7 rows"):
+        blocks_in_drawn_order(keys, [0, 0, 1, 2, 3, 4, 5])

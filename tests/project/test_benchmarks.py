@@ -242,3 +242,27 @@ def test_scale_linear_fit():
 
     a, b = scale.linear_fit([1000, 10000, 100000], [2.0 + 0.003 * x for x in (1000, 10000, 100000)])
     assert math.isclose(a, 2.0) and math.isclose(b, 0.003)
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_online_step(capsys):
+    """One G = 2 online step each way on the bundled scenario (servers, tool loop, verifier): every key, real tool
+    calls, the shared forward running the micro-batch's unique tokens (an independent trie count) and the unshared
+    one its padded rows, the same loss both ways."""
+    import online_step
+
+    out = online_step.main(
+        ["--quick", "--json", "--hidden_size", "32", "--num_layers", "1", "--max_completion_length", "256"]
+    )
+    assert last_json_line(capsys)["benchmark"] == "online_step"
+    shared, unshared = out["runs"]["G2_shared"], out["runs"]["G2_unshared"]
+    for r in (shared, unshared):
+        assert r["tool_calls_per_rollout"] > 0 and r["world_tokens"] > 0
+        assert all(positive_finite(r[unit]["step"]) for unit in ("wall", "cpu"))
+        assert 0 <= r["environment_share"] <= 1
+    assert unshared["run_tokens"] == unshared["tokens"]["padded"]
+    assert abs(shared["run_tokens"] - shared["tokens"]["unique"]) <= 2  # a branch costs one duplicated token
+    assert shared["packing_ratio"] > 1.5 > unshared["packing_ratio"]  # two rows sharing a ~3.4k-token prompt
+    assert shared["loss_gap_vs_unshared"] < 1e-5
+    assert positive_finite(out["G2_step_ratio"]) and positive_finite(out["G2_cpu_step_ratio"])

@@ -51,23 +51,69 @@ HOOKS = {
     "_load_rng_state": ["self", "checkpoint"],
     "_get_tool_suffix_ids": ["self", "tool_messages"],
     "_prepare_inputs": ["self", "generation_batch"],
+    "_tool_call_loop": [
+        "self",
+        "prompts",
+        "prompt_ids",
+        "completion_ids",
+        "completions",
+        "logprobs",
+        "images",
+        "multimodal_fields",
+    ],
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "log": ["self", "logs", "start_time"],
 }
 
 
+def test_tool_loop_and_environment_rewards_are_read_as_the_concurrent_path_expects():
+    """What ``concurrent_tool_calls`` / ``verify_concurrently`` rely on in TRL 1.16: the tool loop reads each
+    rollout's sync tools from ``self._sync_tool_dicts[idx]`` and calls them with the parsed arguments, in the order
+    of the last assistant message's ``tool_calls`` (a list TRL appends tool messages to only after the calls), and
+    an environment's reward is its ``get_reward()``."""
+    loop = inspect.getsource(GRPOTrainer._tool_call_loop)
+    assert "sync_tool_dict = self._sync_tool_dicts[idx_with_tool]" in loop
+    assert 'sync_tool_dict[name](**function["arguments"])' in loop
+    assert loop.index("for tool_call in tool_call_list:") < loop.index(
+        "completions[idx_with_tool].append(tool_message)"
+    )
+    assert 'completion.get("tool_calls")' in loop and "completions[idx_with_tool].append(post_tool_completions" in loop
+    assert "e.get_reward() if type(e) is _env_type" in inspect.getsource(GRPOTrainer.__init__)
+
+
 def test_prepare_inputs_shuffles_then_splits_through_module_globals():
-    """keep_generation_order swaps ``shuffle_sequence_dict`` in TRL's grpo_trainer module: TRL 1.16's
-    ``_prepare_inputs`` must still call it by that global name, before ``split_tensor_dict``."""
+    """micro_batch_order swaps ``shuffle_sequence_dict`` in TRL's grpo_trainer module: TRL 1.16's
+    ``_prepare_inputs`` must still call it by that global name, before ``split_tensor_dict``, and TRL's shuffle must
+    still draw one ``torch.randperm`` of the rows (the online group shuffle consumes the same draw)."""
     import trl.trainer.grpo_trainer as grpo
+    from trl.trainer.utils import shuffle_sequence_dict
 
     source = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert source.index("shuffle_sequence_dict(") < source.index("split_tensor_dict(")
+    assert "torch.randperm(batch_size)" in inspect.getsource(shuffle_sequence_dict)
     original = grpo.shuffle_sequence_dict
-    with trl_compat.keep_generation_order(True):
+    with trl_compat.micro_batch_order(offline=True, share=False):
         batch = {"x": torch.arange(6)}
         assert grpo.shuffle_sequence_dict(batch) is batch
     assert grpo.shuffle_sequence_dict is original
-    with trl_compat.keep_generation_order(False):
+    with trl_compat.micro_batch_order(offline=False, share=False):
         assert grpo.shuffle_sequence_dict is original
+    # online with sharing: groups (equal unpadded prompts, next to each other) move whole, from TRL's own draw
+    prompt_ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [7, 8, 9], [0, 0, 4], [0, 0, 4]])
+    prompt_mask = (prompt_ids != 0).long()
+    batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "row": list(range(6)), "n": torch.tensor(3)}
+    torch.manual_seed(1)
+    rows = torch.randperm(6).tolist()
+    with trl_compat.micro_batch_order(offline=False, share=True):
+        torch.manual_seed(1)
+        out = grpo.shuffle_sequence_dict(batch)
+        after = torch.rand(1)
+    torch.manual_seed(1)
+    torch.randperm(6)
+    assert torch.equal(after, torch.rand(1))  # the random stream advanced exactly as TRL's shuffle advances it
+    blocks = sorted({r // 2 for r in rows}, key=lambda b: min(rows.index(2 * b), rows.index(2 * b + 1)))
+    assert out["row"] == [r for b in blocks for r in (2 * b, 2 * b + 1)]
+    assert torch.equal(out["prompt_ids"], prompt_ids[out["row"]]) and out["n"] is batch["n"]
 
 
 def _version(text: str) -> tuple[int, ...]:

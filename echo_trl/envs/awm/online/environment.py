@@ -14,7 +14,11 @@ methods are generated from each MCP tool's ``inputSchema`` (a call forwards to t
 :func:`~echo_trl.envs.awm.online.dataset.awm_task_dataset` makes the rows.
 Instances hold no server: every episode runs on a :class:`~echo_trl.envs.awm.runtime.pool.ServerPool`
 session with its own database copy, servers start lazily and at most ``max_servers`` live at
-once (least recently used closed first). The reward is the task verifier's (complete 1.0, ...)
+once (least recently used closed first). The class declares ``concurrent_rollouts``: its instances share
+no mutable state, so ``EchoGRPOTrainer`` runs a batch's tool calls and verifications in threads
+(:mod:`echo_trl.train.rollout_threads`); ``reset`` starts the scenario's servers ahead of them (up to one
+per open episode, within ``max_servers``: :meth:`~echo_trl.envs.awm.runtime.pool.ServerPool.warm`).
+The reward is the task verifier's (complete 1.0, ...)
 or the format-error reward when the rollout made a format error (AWM: the rollout goes on, its
 reward stays -1.0; ``stop_on_format_error`` ends it at the first one instead).
 
@@ -59,6 +63,9 @@ class AWMEnvironment:
     _default_task_idx: int | None = None
     _settings: AWMSettings = AWMSettings()
     _unusable_tasks: dict[tuple[str, int], str] = {}  # (scenario, task_idx) -> why, from a scenario report
+    #: Rollouts are independent (own pool session and database; the pool is thread-safe; ``get_reward`` returns
+    #: the verdict of its first call again): ``EchoGRPOTrainer`` may run their tool calls and rewards in threads.
+    concurrent_rollouts = True
 
     def __init__(self) -> None:
         self._episode: Episode | None = None
@@ -91,6 +98,7 @@ class AWMEnvironment:
         self._episode = self._pool.new_episode(
             scenario, self._task_idx, format_error_ends_episode=self._settings.stop_on_format_error
         )
+        self._pool.warm(scenario)  # the batch's servers start while the model writes its first turn
         prompt = kwargs.get("prompt")
         last = prompt[-1].get("content") if isinstance(prompt, list) and prompt else prompt
         return None if isinstance(last, str) and last.strip() else self._episode.task

@@ -18,7 +18,7 @@ costs a start (~1 s) and tens of MB each, so the pool separates *state* from *co
 
 The policy is the pure function :func:`choose_slot` (tested without servers); :class:`ServerPool`
 wires it to real runtimes. Leases last one tool call, so the bound holds however many sessions
-are open, and TRL's sequential tool loop never waits.
+are open (a batch's rollouts call concurrently); :meth:`ServerPool.warm` starts servers ahead of them.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ class _Prepared:
 
 @dataclass
 class PoolStats:
-    """Counters a benchmark reads: server starts (and their seconds), evictions, database restores; and each
-    scenario's database build report (for the capture log)."""
+    """Counters a benchmark reads (server starts and their seconds, evictions, restores), and each scenario's
+    database build report (for the capture log)."""
 
     starts: int = 0
     start_seconds: list[float] = field(default_factory=list)
@@ -174,6 +174,7 @@ class ServerPool:
         self._clock = itertools.count(1)
         self._cond = threading.Condition()
         self._prepare_lock = threading.Lock()
+        self._open_sessions: dict[str, int] = {}  # scenario -> sessions (episodes) open now
         self._closed = False
         self._finalizer = weakref.finalize(self, _shutdown, self._slots, self.root)
 
@@ -279,6 +280,33 @@ class ServerPool:
         if slot.runtime.build_report is not None:
             self.stats.databases[scenario.name] = slot.runtime.build_report.summary()
 
+    def warm(self, name: str, servers: int | None = None) -> int:
+        """Start servers of ``name`` in the background up to ``servers`` (default: one per open session) within the
+        bound, evicting none; returns how many. A starting server counts as busy: a call waits for it or starts one."""
+        scenario = self.scenario(name)
+        with self._cond:
+            target = self._open_sessions.get(name, 0) if servers is None else servers
+            have = sum(s.state.scenario == name for s in self._slots.values())
+            n = 0 if self._closed else max(0, min(target - have, self.max_servers - len(self._slots)))
+            slots = [_Slot(SlotState(next(self._ids), name, in_use=True)) for _ in range(n)]
+            self._slots.update((slot.state.id, slot) for slot in slots)  # reserved against the bound
+        for slot in slots:
+            threading.Thread(target=self._start_spare, args=(slot, scenario), daemon=True, name="awm-warm").start()
+        return n
+
+    def _start_spare(self, slot: _Slot, scenario: Scenario) -> None:
+        try:
+            self._start(slot, scenario)
+        except BaseException:  # the call that needs a server starts one (and reports why it cannot)
+            self._drop(slot)
+            return
+        with self._cond:
+            slot.state.in_use, slot.state.last_used = False, next(self._clock)
+            self._cond.notify_all()
+            closed = self._closed  # closed while it started: the shutdown did not see its process
+        if closed:
+            _close_slot(slot)
+
     def _drop(self, slot: _Slot) -> None:
         with self._cond:
             self._slots.pop(slot.state.id, None)
@@ -305,6 +333,8 @@ class ServerPool:
         prepared = self._prepare(scenario)
         session = PooledSession(self, scenario, self.root / "sessions" / f"{uuid.uuid4().hex}.db")
         session.write(prepared.snapshot)
+        with self._cond:
+            self._open_sessions[scenario] = self._open_sessions.get(scenario, 0) + 1
         view = PooledRuntime(self, self.scenario(scenario), prepared, session, format_error_ends_episode)
         episode = Episode(view, task, task_idx, session)  # type: ignore[arg-type]
         session.notes = episode.notes  # a server replaced during the episode is noted in its record
@@ -355,6 +385,8 @@ class ServerPool:
             for slot in self._slots.values():
                 if slot.state.occupant == session.id:
                     slot.state.occupant = None
+            self._open_sessions[session.scenario] -= not session.released
+            session.released = True
         session.db.unlink(missing_ok=True)  # a host-private file the host wrote
 
     # -- introspection / lifecycle -------------------------------------------------------------
@@ -399,8 +431,7 @@ class PooledSession:
     """The MCP-session side of a pooled episode: each call goes through the pool."""
 
     def __init__(self, pool: ServerPool, scenario: str, db: Path):
-        self.pool, self.scenario, self.db = pool, scenario, db
-        self.id = db.stem
+        self.pool, self.scenario, self.db, self.id, self.released = pool, scenario, db, db.stem, False
         self.server = None  # the server of the last call (the episode reports its state on failures)
         self.notes: list[str] = []
 
