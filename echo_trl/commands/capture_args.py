@@ -62,6 +62,15 @@ class CaptureArguments:
         json (`bool`, *optional*, defaults to `False`):
             Print the summary as one JSON object on stdout.
 
+        > Parameters that screen the scenarios (``echo-trl check-scenarios``)
+
+        scenario_report (`str` or `None`, *optional*):
+            A check's report (``scenario_report.json`` or its directory): its unusable scenarios and tasks are skipped.
+        check (`bool`, *optional*, defaults to `False`):
+            Check the scenarios first (into the output; a rerun reuses it) and skip what the check marks unusable.
+        include_unusable (`bool`, *optional*, defaults to `False`):
+            Play the scenarios and tasks the report marks unusable too (they are still listed in the log).
+
         > Parameters of the ``openai:URL`` policy (an OpenAI-compatible server)
 
         model (`str` or `None`, *optional*):
@@ -168,6 +177,27 @@ class CaptureArguments:
     )
     json: bool = field(default=False, metadata={"help": "print the summary as one JSON object on stdout"})
 
+    # --- screening with a scenario check ---
+    scenario_report: str | None = field(
+        default=None,
+        metadata={
+            "help": "report of `echo-trl check-scenarios` (its scenario_report.json or output directory): the "
+            "scenarios and tasks it marks unusable are skipped",
+            "metavar": "PATH",
+        },
+    )
+    check: bool = field(
+        default=False,
+        metadata={
+            "help": "run `check-scenarios` on the selected scenarios first (into --output, reused by a rerun) and "
+            "skip what it marks unusable"
+        },
+    )
+    include_unusable: bool = field(
+        default=False,
+        metadata={"help": "play the scenarios and tasks the report marks unusable too (still listed in the log)"},
+    )
+
     # --- the openai:URL policy ---
     model: str | None = field(
         default=None, metadata={"help": "openai:URL policy: the served model's name (required with openai:URL)"}
@@ -181,6 +211,20 @@ class CaptureArguments:
     )
     max_retries: int = field(
         default=5, metadata={"help": "openai:URL policy: retries on 429 / 5xx / lost connections (default 5)"}
+    )
+    max_response_bytes: int = field(
+        default=16 << 20,
+        metadata={
+            "help": "openai:URL policy: the most bytes one response may hold, enforced while it streams in "
+            "(default 16 MiB); a larger one ends its episode"
+        },
+    )
+    max_rendered_chars: int = field(
+        default=2_000_000,
+        metadata={
+            "help": "the longest rendered episode aligned with the tokenizer (default 2,000,000 characters, as "
+            "build-dataset); a longer one is written without log-probs, flagged"
+        },
     )
     retry_backoff: float = field(
         default=1.0, metadata={"help": "openai:URL policy: first retry wait in seconds, doubling"}
@@ -263,12 +307,18 @@ class CaptureArguments:
         self.scenario = _as_list(self.scenario, str, "scenario")
         self.task_idx = _as_list(self.task_idx, int, "task_idx")
         self._check_source()
-        for flag in ("max_servers", "max_steps", "max_new_tokens"):
+        for flag in ("max_servers", "max_steps", "max_new_tokens", "max_response_bytes", "max_rendered_chars"):
             if getattr(self, flag) is not None:
                 positive_int(flag, getattr(self, flag))
         for flag in ("request_timeout", "tool_timeout", "verifier_timeout"):
             positive_number(flag, getattr(self, flag))
         non_negative_number("retry_backoff", self.retry_backoff)
+        non_negative_number("temperature", self.temperature)
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float) or not 0 < self.top_p <= 1:
+            shown = str(self.top_p).removesuffix(".0")  # as the user wrote it (argparse made 0 into 0.0)
+            raise FlagValueError(f"argument --top_p: expected a number in (0, 1], got {shown!r}")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise FlagValueError(f"argument --max_retries: expected an integer >= 0, got {str(self.max_retries)!r}")
         if self.episodes is not None and self.episodes < 1:
             raise FlagValueError("--episodes must be >= 1")
         if self.concurrency < 1:
@@ -283,9 +333,18 @@ class CaptureArguments:
             raise FlagValueError(
                 "--policy model: generates in this process, one episode at a time: use --concurrency 1"
             )
+        if self.scenario_report and self.check:
+            raise FlagValueError("--scenario-report and --check contradict each other: give a report or check now")
+        if self.include_unusable and not (self.scenario_report or self.check):
+            raise FlagValueError("--include-unusable needs --scenario-report PATH or --check")
         if self.openenv:
             if len(self.scenario or []) != 1 or self.scenario_file or self.all_scenarios:
                 raise FlagValueError("--openenv captures one scenario: give exactly one --scenario")
+            if self.scenario_report or self.check:
+                raise FlagValueError(
+                    "--openenv: the scenario is checked where it runs (the OpenEnv server); "
+                    "--scenario-report / --check screen local scenarios (--data / --hub)"
+                )
         elif not (self.scenario or self.scenario_file or self.all_scenarios):
             raise FlagValueError("give --scenario NAME (repeatable), --scenario-file FILE or --all-scenarios")
 

@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "held-out env-token cross-entropy (the paper's world-model metric)",
     ),
     "capture": ("echo_trl.commands.capture", "run AWM scenarios locally and record episodes"),
+    "check-scenarios": (
+        "echo_trl.commands.check_scenarios",
+        "AWM scenario and task health: databases, servers, verifiers, tasks that pass untouched",
+    ),
 }
 
 USAGE = "usage: echo-trl COMMAND [--help] [ARGS...]"
@@ -70,7 +74,9 @@ def _run(name: str, rest: list[str]) -> int:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except EchoTrlError as exc:
-        print(f"echo-trl {name}: error: {exc}", file=sys.stderr)
+        from ..redact import redact  # the one redaction every error line passes through (API keys, Authorization)
+
+        print(f"echo-trl {name}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"echo-trl {name}: interrupted", file=sys.stderr)

@@ -106,6 +106,7 @@ def unknown_flags(argv: list[str]) -> list[str]:
         "stats": "stats",
         "build-dataset": "build_dataset",
         "capture": "capture",
+        "check-scenarios": "check_scenarios",
         "eval-world-model": "eval_world_model",
     }[cmd]
     mod = importlib.import_module(f"echo_trl.commands.{module}")
