@@ -6,6 +6,7 @@ import dataclasses
 import warnings
 
 import pytest
+from helpers.trainer import tiny_config
 
 from echo_trl.config import EchoConfigError, EchoGRPOConfig
 
@@ -27,15 +28,7 @@ ECHO_FIELDS = [
 
 
 def cfg(tmp_path, **kw):
-    return EchoGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=2,
-        num_generations=2,
-        **kw,
-    )
+    return tiny_config(tmp_path, **kw)
 
 
 def test_every_echo_field_has_help_and_the_documented_defaults(tmp_path):

@@ -13,10 +13,10 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers.tiny import tiny_tokenizer
+from helpers.trainer import tiny_config
 from transformers import AutoModelForCausalLM
 
 from echo_trl.commands.cli import main as cli_main
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.demo.tiny import build_tiny_model
 from echo_trl.trainer import EchoGRPOTrainer
 
@@ -39,24 +39,9 @@ def base_dir(tmp_path_factory):
 
 
 def _args(tmp_path, **kw):
-    args = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=1024,
-        gradient_checkpointing=False,
-        learning_rate=5e-2,
-        disable_tqdm=True,
-        world_model_coeff=0.05,
+    return tiny_config(
+        tmp_path / "out", **{"per_device_train_batch_size": 4, "max_steps": 2, "learning_rate": 5e-2, **kw}
     )
-    args.update(kw)
-    return EchoGRPOConfig(**args)
 
 
 def _base_name(peft_name: str) -> str:

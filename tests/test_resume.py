@@ -22,21 +22,14 @@ from pathlib import Path
 import pytest
 
 MAX_STEPS, KILL_AT = 6, 3
-#: Run settings shared by all configurations (each configuration adds or overrides a few).
+#: Run settings shared by all configurations, on top of tests/helpers/trainer.py's ``tiny_config`` (each
+#: configuration adds or overrides a few).
 BASE = dict(
-    per_device_train_batch_size=2,
-    num_generations=2,
     max_steps=MAX_STEPS,
+    save_strategy="steps",
     save_steps=KILL_AT,
-    logging_steps=1,
     seed=0,
-    use_cpu=True,
-    bf16=False,
-    report_to="none",
-    gradient_checkpointing=False,
-    disable_tqdm=True,
     learning_rate=1e-2,
-    max_completion_length=1024,
     world_model_coeff=0.5,
 )
 N_TRAJECTORIES = 8
@@ -64,10 +57,9 @@ TIMING_KEYS = {"step_time"}  # wall-clock metrics differ between any two runs
 
 def _train(mode: str, init: str, out: str, name: str) -> None:
     import torch
-    from helpers.trainer import dataset
+    from helpers.trainer import dataset, tiny_config
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from echo_trl.config import EchoGRPOConfig
     from echo_trl.trainer import EchoGRPOTrainer
 
     trained = []
@@ -81,7 +73,7 @@ def _train(mode: str, init: str, out: str, name: str) -> None:
         def on_step_end(self, args, state, control, **kwargs):
             trained.append(state.global_step)
 
-    args = EchoGRPOConfig(output_dir=out, **{**BASE, **CONFIGS[name]})
+    args = tiny_config(out, **{**BASE, **CONFIGS[name]})
     trainer = EchoGRPOTrainer(
         AutoModelForCausalLM.from_pretrained(init),
         args=args,

@@ -20,10 +20,10 @@ from helpers.trainer import (
     make_trainer,
     prompt_dataset,
     reference_logps,
+    tiny_config,
     trajectory,
 )
 
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.train import trl_compat
@@ -219,29 +219,14 @@ def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_i
     assert trainer._echo_settings.max_length == trainer.model.config.max_position_embeddings
     explicit = make_trainer(tmp_path, ds, max_completion_length=trl_default)
     assert batch(explicit)["completion_mask"][0].sum().item() <= trl_default
-    online = EchoGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=2,
-        num_generations=2,
-    )
+    online = tiny_config(tmp_path, max_completion_length=None)  # not set: the trainer fills it in
     assert online.max_completion_length is None
     tok = tiny_tokenizer("qwen3")
     prompts, rollout = prompt_dataset(), fixed_rollout(tok)
     zero = [lambda completions, **kw: [0.0] * len(completions)]
     EchoGRPOTrainer(tiny_model(), zero, online, prompts, processing_class=tok, rollout_func=rollout)
     assert online.max_completion_length == trl_default  # online generation keeps TRL's bound
-    dr = EchoGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        loss_type="dr_grpo",
-        per_device_train_batch_size=4,
-        num_generations=2,
-    )
+    dr = tiny_config(tmp_path, loss_type="dr_grpo", per_device_train_batch_size=4, max_completion_length=None)
     with pytest.raises(EchoTrlError, match="dr_grpo.* divides by max_completion_length"):
         check_settings(dr, ds, offline=True, online=False)
 
@@ -457,13 +442,10 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
         """
         return x
 
-    args = dict(
-        output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, use_cpu=True, report_to="none"
-    )
     with pytest.raises(EchoTrlError, match="recorded trajectories"):
         EchoGRPOTrainer(
             tiny_model(),
-            args=EchoGRPOConfig(**args),
+            args=tiny_config(tmp_path),
             train_dataset=dataset(),
             processing_class=tiny_tokenizer("qwen3"),
             tools=[tool],
@@ -472,8 +454,8 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
     with pytest.raises(EchoTrlError, match="Liger"):
         EchoGRPOTrainer(
             tiny_model(),
-            args=EchoGRPOConfig(
-                **args, use_liger_kernel=True, liger_kernel_config={"fused_linear_cross_entropy": True}
+            args=tiny_config(
+                tmp_path, use_liger_kernel=True, liger_kernel_config={"fused_linear_cross_entropy": True}
             ),
             train_dataset=dataset(),
             processing_class=tiny_tokenizer("qwen3"),
@@ -481,9 +463,10 @@ def test_clear_errors_for_unsupported_combinations(tmp_path):
     with pytest.raises(EchoTrlError, match="EchoGRPOConfig"):
         from trl import GRPOConfig
 
-        EchoGRPOTrainer(
-            tiny_model(), args=GRPOConfig(**args), train_dataset=dataset(), processing_class=tiny_tokenizer("qwen3")
+        plain = GRPOConfig(
+            str(tmp_path), per_device_train_batch_size=2, num_generations=2, use_cpu=True, report_to="none"
         )
+        EchoGRPOTrainer(tiny_model(), args=plain, train_dataset=dataset(), processing_class=tiny_tokenizer("qwen3"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,19 +489,7 @@ def test_online_tool_loop_env_mask_is_tool_output_content(tmp_path, monkeypatch)
     trainer = EchoGRPOTrainer(
         tiny_model(),
         reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
-        args=EchoGRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_steps=1,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            max_completion_length=128,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
-            world_model_coeff=0.05,
-        ),
+        args=tiny_config(tmp_path, max_completion_length=128, world_model_coeff=0.05),
         train_dataset=prompt_dataset(),
         processing_class=tok,
         tools=[lookup],
@@ -552,19 +523,7 @@ def test_rollout_func_may_return_its_own_env_and_warning_masks(tmp_path):
     trainer = EchoGRPOTrainer(
         tiny_model(),
         reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
-        args=EchoGRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_steps=1,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            max_completion_length=64,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
-            logging_steps=1,
-        ),
+        args=tiny_config(tmp_path, max_completion_length=64),
         train_dataset=prompt_dataset(),
         processing_class=tok,
         rollout_func=rollout,
@@ -583,21 +542,7 @@ def test_verifier_free_online_echo_needs_no_reward(tmp_path):
     tok = tiny_tokenizer("qwen3")
     trainer = EchoGRPOTrainer(
         tiny_model(),
-        args=EchoGRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_steps=1,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            max_completion_length=64,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
-            logging_steps=1,
-            use_policy_loss=False,
-            world_model_coeff=1.0,
-        ),
+        args=tiny_config(tmp_path, max_completion_length=64, use_policy_loss=False, world_model_coeff=1.0),
         train_dataset=prompt_dataset(),
         processing_class=tok,
         rollout_func=fixed_rollout(tok),
@@ -617,18 +562,7 @@ def test_online_sampler_is_trls_order_and_resumable(tmp_path):
     prompts = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"q{i}"}] for i in range(6)]})
     trainer = EchoGRPOTrainer(
         tiny_model(),
-        args=EchoGRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_steps=1,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            seed=3,
-            max_completion_length=64,
-            disable_tqdm=True,
-        ),
+        args=tiny_config(tmp_path, seed=3, max_completion_length=64),
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
         train_dataset=prompts,
         processing_class=tok,
@@ -656,9 +590,8 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, {tests!r})
 import torch
 from transformers import TrainerCallback
-from helpers.trainer import dataset
+from helpers.trainer import dataset, tiny_config
 from helpers.tiny import tiny_model, tiny_tokenizer
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.trainer import EchoGRPOTrainer
 
 per, out, norm, share = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
@@ -668,10 +601,8 @@ class Grab(TrainerCallback):
         if int(os.environ.get("RANK", "0")) == 0:
             torch.save({{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}, out)
 
-args = EchoGRPOConfig(output_dir=os.path.dirname(out), per_device_train_batch_size=per, num_generations=2,
-                      max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                      gradient_checkpointing=False, disable_tqdm=True, shuffle_dataset=False, max_grad_norm=0.0,
-                      world_loss_normalization=norm, world_model_coeff=0.5, prefix_sharing=share)
+args = tiny_config(os.path.dirname(out), per_device_train_batch_size=per, shuffle_dataset=False, max_grad_norm=0.0,
+                   world_loss_normalization=norm, world_model_coeff=0.5, prefix_sharing=share)
 EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), processing_class=tiny_tokenizer("qwen3"),
                 callbacks=[Grab()]).train()
 # the trainer's DDP model collected before the group is destroyed, before exit (else gloo's threads can abort it)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.tiny import tiny_model, tiny_tokenizer
-from helpers.trainer import batch, trajectory
+from helpers.trainer import batch, tiny_config, trajectory
 
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens import tokenization
@@ -35,19 +34,9 @@ def grouped_dataset(n: int = 8):
 
 def make(tmp_path, share: bool, *, ds=None, model=None, peft_config=None, **kw) -> EchoGRPOTrainer:
     args = dict(
-        output_dir=str(tmp_path / f"share{int(share)}"),
         per_device_train_batch_size=4,
-        num_generations=2,
         max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=1024,
-        gradient_checkpointing=False,
         learning_rate=1e-2,
-        disable_tqdm=True,
         world_model_coeff=0.5,
         shuffle_dataset=False,
         prefix_sharing=share,
@@ -60,7 +49,7 @@ def make(tmp_path, share: bool, *, ds=None, model=None, peft_config=None, **kw) 
     args.update(kw)
     return EchoGRPOTrainer(
         model or tiny_model(),
-        args=EchoGRPOConfig(**args),
+        args=tiny_config(tmp_path / f"share{int(share)}", **args),
         train_dataset=grouped_dataset() if ds is None else ds,
         processing_class=tiny_tokenizer("qwen3"),
         peft_config=peft_config,

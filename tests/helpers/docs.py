@@ -21,7 +21,7 @@ from helpers.hub import CountingEndpoint
 
 REPO = Path(__file__).resolve().parents[2]
 _BLOCK = re.compile(r"(?:<!-- docs-test: (run|check)\b([^>]*?)-->\n)?```(\w*)\n(.*?)^```", re.S | re.M)
-_LONG_JOBS = ("echo-trl train", "python examples/")
+_LONG_JOBS = ("echo-trl train", "echo-trl sft", "python examples/")
 
 
 @dataclass
@@ -73,13 +73,36 @@ README_DEMO = ("README.md", "echo-trl train --demo")
 _SHELL_OPERATORS = frozenset("|&;<>()`$")
 
 
-def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The document's directory (``data/`` and ``examples/`` linked in) and the environment a user's shell has
-    there: ``echo-trl`` of this checkout first on ``PATH``, a fresh echo_trl cache, the Hub not switched off."""
+def _link_data(work: Path, episodes_per_task: int | None) -> None:
+    """``data/`` of the document's directory: the repository's, or (``episodes_per_task``) the same with each
+    bundled episode file of ``data/episodes`` cut to its first ``episodes_per_task`` episodes (lines), every
+    task still there: the documents' commands, as written, on a smaller input."""
+    if episodes_per_task is None:
+        (work / "data").symlink_to(REPO / "data")
+        return
+    (work / "data").mkdir()
+    for entry in (REPO / "data").iterdir():
+        if entry.name != "episodes":
+            (work / "data" / entry.name).symlink_to(entry)
+    episodes = work / "data" / "episodes"
+    episodes.mkdir()
+    for entry in (REPO / "data" / "episodes").iterdir():
+        if entry.suffix == ".jsonl":
+            lines = entry.read_text(encoding="utf-8").splitlines(keepends=True)
+            (episodes / entry.name).write_text("".join(lines[:episodes_per_task]), encoding="utf-8")
+        else:
+            (episodes / entry.name).symlink_to(entry)
+
+
+def _workdir(tmp_path: Path, cache: Path | None, episodes_per_task: int | None) -> tuple[Path, dict[str, str]]:
+    """The document's directory (``data/`` and ``examples/`` linked in, see :func:`_link_data`) and the
+    environment a user's shell has there: ``echo-trl`` of this checkout first on ``PATH``, an echo_trl cache of
+    its own (``cache``: one shared with other documents, so what one computed the others load, as a user's
+    second command does), the Hub not switched off."""
     work = tmp_path / "clone"
     work.mkdir()
-    for name in ("data", "examples"):
-        (work / name).symlink_to(REPO / name)
+    _link_data(work, episodes_per_task)
+    (work / "examples").symlink_to(REPO / "examples")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "echo-trl"  # the console script of this checkout
@@ -89,7 +112,7 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env.update(
         PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=str(REPO),
-        ECHO_TRL_CACHE=str(tmp_path / "cache"),
+        ECHO_TRL_CACHE=str(cache or tmp_path / "cache"),
         ECHO_TRL_PROGRESS="0",
         CUDA_VISIBLE_DEVICES="",
         HF_HUB_DISABLE_TELEMETRY="1",
@@ -151,16 +174,17 @@ class NetworkGuard:
 
 
 @contextlib.contextmanager
-def user_shell(tmp_path: Path):
+def user_shell(tmp_path: Path, *, cache: Path | None = None, episodes_per_task: int | None = None):
     """This process set up as a user's shell in the document's directory, and put back afterwards: cwd, the
     environment, ``sys.argv`` / ``sys.path``, torch's threads, the Hub guarded; generated AWM code contained the
     way a user's run contains it (this suite's opt-out for hosts without bwrap undone: the docs promise
-    bubblewrap). Yields ``(directory, environment, hub, guard)``: the two counters of Hub attempts."""
+    bubblewrap). ``cache`` and ``episodes_per_task``: see :func:`_workdir`. Yields ``(directory, environment,
+    hub, guard)``: the two counters of Hub attempts."""
     import torch
 
     from echo_trl.sandbox import bwrap as sandbox
 
-    work, env = _workdir(tmp_path)
+    work, env = _workdir(tmp_path, cache, episodes_per_task)
     hub = CountingEndpoint()  # HF_ENDPOINT, read when called: echo_trl's own probe, and the console-script run
     env["HF_ENDPOINT"] = hub.url
     saved_env, threads = dict(os.environ), torch.get_num_threads()

@@ -11,8 +11,12 @@ Each ```bash / ```python block of the checked documents carries a marker comment
   line runs through the installed console script (``CONSOLE_SCRIPT_LINE``), and the README's demo line runs in
   tests/demo/test_demo.py, which checks what it wrote;
 * ``<!-- docs-test: run ARGS -->``: the same with ``ARGS`` appended to each ``echo-trl train`` /
-  ``python examples/...`` line (a long job cut to ``--max_steps 1``-style size; the block says which;
-  the demo, ``echo-trl train`` alone, becomes ``echo-trl train --demo ARGS``);
+  ``echo-trl sft`` / ``python examples/...`` line (a long job cut to ``--max_steps 1``-style size; the block
+  says which; the demo, ``echo-trl train`` alone, becomes ``echo-trl train --demo ARGS``);
+
+In the test the documents read a smaller ``data/episodes`` (:data:`EPISODES_PER_TASK` of each bundled task
+file) and share one echo_trl cache (``docs_cache``), so what a command computes once (the token cache, the
+starting model's log-probs) a later one loads, as on a user's machine.
 * ``<!-- docs-test: check REASON -->``: needs what a test does not have (the Hub, a GPU, the network for
   ``pip``, or it is this test suite): ``bash -n`` / ``compile`` only, plus every ``echo-trl`` command's
   flags parsed by that command's own parser (files it names must exist).
@@ -143,9 +147,24 @@ def test_check_blocks_parse(doc):
 # run: as a user runs them, in a fresh directory; the Python in this process
 
 
+#: The bundled episodes the documents' commands read in the test: each task's first 3 of 6 (rewards 1, 1, 0:
+#: every group still has an advantage), every task kept. What a command costs grows with the episodes (the
+#: token cache, the starting model's log-probs, stats) and what it checks does not; the demo
+#: (tests/demo/test_demo.py) and tests/envs/awm/test_bundled_episodes.py read all 60.
+EPISODES_PER_TASK = 3
+
+
+@pytest.fixture(scope="session")
+def docs_cache(tmp_path_factory):
+    """One echo_trl cache for every document's run, as one user's machine has: the documents build the same
+    dataset for the same tiny model, and a later document loads the token cache and starting-model log-probs an
+    earlier one computed (the computing path runs in the first; tests/tokens and tests/train check both)."""
+    return tmp_path_factory.mktemp("docs-echo-cache")
+
+
 @pytest.fixture
-def as_a_user(tmp_path):
-    with user_shell(tmp_path) as shell:
+def as_a_user(tmp_path, docs_cache):
+    with user_shell(tmp_path, cache=docs_cache, episodes_per_task=EPISODES_PER_TASK) as shell:
         yield shell
 
 
@@ -217,7 +236,7 @@ def test_run_blocks_run_offline_on_cpu(doc, as_a_user, capsys):
             console += is_console_script_line(block, line)
             run_line(block, line, work, env, capsys)
         costs.append(f"{cpu_seconds() - start:7.1f}  {block.where()}  {(line or '(python)').strip()[:100]}")
-    print("CPU s  line", *costs, sep="\n")
+    print(f"data/episodes: each task's first {EPISODES_PER_TASK} episodes", "CPU s  line", *costs, sep="\n")
     assert console == (doc == CONSOLE_SCRIPT_LINE[0])  # the one console-script run is in there
     assert hub.count == 0, f"{doc}: the commands contacted the Hub endpoint {hub.count} times"
     assert guard.count == 0, f"{doc}: the commands tried the network {guard.count} times: {guard.attempts[:5]}"

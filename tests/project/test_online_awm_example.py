@@ -1,4 +1,5 @@
-"""examples/train_online_awm.py: one online ECHO step against the bundled AWM scenario (library_1), with LoRA.
+"""examples/train_online_awm.py: one online ECHO step against the bundled AWM scenario (library_1) and an AWM-1K
+sample scenario, with LoRA.
 
 TRL generates (a random tiny model, 16 tokens), each rollout runs in its own live AWM environment
 (SQLite + generated MCP server), the verifier scores it, and the run saves an adapter and the model card.
@@ -75,7 +76,24 @@ def _run_example(tmp_path, *args: str) -> dict:
     return next(h for h in logs if "world/coeff" in h)
 
 
+LORA = ("--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj")
+
+
+def check_lora_run(tmp_path, step: dict) -> None:
+    """The run trained LoRA: it saved an adapter and the model card, and the AWM verifier scored library_1."""
+    assert "rewards/AWMEnv_library_1/mean" in step  # the AWM verifier scored the rollouts
+    out = tmp_path / "out"
+    assert (out / "adapter_model.safetensors").exists()
+    assert "## ECHO training" in (out / "README.md").read_text()
+
+
 def test_one_online_step_with_lora(tmp_path):
+    """LoRA on the bundled scenario alone: the check of a checkout without the AWM-1K samples. With them, the
+    two-scenario run below trains LoRA and makes the same checks (one online run fewer)."""
+    from helpers.shared_data import AWM1K_SAMPLES
+
+    if AWM1K_SAMPLES.exists():
+        pytest.skip("checked by test_one_online_run_trains_over_two_scenarios (LoRA there)")
     step = _run_example(
         tmp_path,
         "--awm_data",
@@ -87,21 +105,13 @@ def test_one_online_step_with_lora(tmp_path):
         "1",
         "--per_device_train_batch_size",
         "2",
-        "--use_peft",
-        "--lora_r",
-        "4",
-        "--lora_target_modules",
-        "q_proj",
-        "v_proj",
+        *LORA,
     )
-    assert "rewards/AWMEnv_library_1/mean" in step  # the AWM verifier scored the rollouts
-    out = tmp_path / "out"
-    assert (out / "adapter_model.safetensors").exists()
-    assert "## ECHO training" in (out / "README.md").read_text()
+    check_lora_run(tmp_path, step)
 
 
 def test_one_online_run_trains_over_two_scenarios(tmp_path):
-    """library_1 (bundled) + content_platform_1 (shared AWM-1K sample) in one run, one server pool."""
+    """library_1 (bundled) + content_platform_1 (shared AWM-1K sample) in one run, one server pool; LoRA."""
     from helpers.processes import descendant_pids
     from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
@@ -122,10 +132,12 @@ def test_one_online_run_trains_over_two_scenarios(tmp_path):
         "1",
         "--per_device_train_batch_size",
         "4",
+        *LORA,
     )
     for name in ("library_1", "content_platform_1"):  # each scenario's verifier scored its own rollouts
         value = step[f"rewards/AWMEnv_{name}/mean"]
         assert value == value  # not NaN: rollouts of this scenario were in the batch
+    check_lora_run(tmp_path, step)
     time.sleep(0.2)
     assert descendant_pids() - children == set()  # every server of the pool closed
 

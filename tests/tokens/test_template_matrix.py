@@ -362,9 +362,9 @@ def test_bundled_episodes_are_exact(family, fmt, bundled_rows):
 
 @pytest.mark.parametrize("family", TRAINED)
 def test_two_offline_steps_train(family, tmp_path):
+    from helpers.trainer import tiny_config
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from echo_trl.config import EchoGRPOConfig
     from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.trainer import EchoGRPOTrainer
 
@@ -388,21 +388,7 @@ def test_two_offline_steps_train(family, tmp_path):
     )
     model = AutoModelForCausalLM.from_config(config)
     before = [p.detach().clone() for p in model.parameters()]
-    args = EchoGRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=None,
-        gradient_checkpointing=False,
-        learning_rate=1e-2,
-        disable_tqdm=True,
-    )
+    args = tiny_config(tmp_path, max_steps=2, max_completion_length=None, learning_rate=1e-2)
     trainer = EchoGRPOTrainer(
         model, args=args, train_dataset=trajectories_to_dataset(trajectories), processing_class=tok
     )

@@ -16,9 +16,9 @@ import pytest
 import torch
 from helpers.arrow_edit import redact_in_place
 from helpers.tiny import tiny_model
-from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, trajectory
+from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_config, trajectory
 
-from echo_trl.config import EchoConfigError, EchoGRPOConfig
+from echo_trl.config import EchoConfigError
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.roles import Role
@@ -202,8 +202,8 @@ def test_verifier_free_and_online_runs_compute_nothing(tmp_path):
 
 def test_config_rejects_unknown_policies(tmp_path):
     with pytest.raises(EchoConfigError, match="behavior_policy must be one of initial, current"):
-        EchoGRPOConfig(str(tmp_path), behavior_policy="recorded", use_cpu=True, bf16=False)
-    assert EchoGRPOConfig(str(tmp_path), use_cpu=True, bf16=False).behavior_policy == "initial"  # the measured default
+        tiny_config(tmp_path, behavior_policy="recorded")
+    assert tiny_config(tmp_path).behavior_policy == "initial"  # the measured default
 
 
 def test_a_stale_column_is_never_used(tmp_path):

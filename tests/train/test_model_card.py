@@ -6,9 +6,8 @@ import math
 
 import pytest
 from helpers.tiny import tiny_model, tiny_tokenizer
-from helpers.trainer import dataset
+from helpers.trainer import dataset, tiny_config
 
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.data.citations import ECHO_CITATION
 from echo_trl.train.model_card import SECTION_MARKER, echo_card_section, final_metrics
 from echo_trl.trainer import EchoGRPOTrainer
@@ -18,19 +17,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_path):
     out = tmp_path / "my-echo-model"
-    args = EchoGRPOConfig(
-        output_dir=str(out),
-        per_device_train_batch_size=2,
-        num_generations=2,
+    args = tiny_config(
+        out,
         max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=1024,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         world_model_coeff=0.07,
         world_model_coeff_schedule="linear_decay",
         world_model_coeff_end=0.01,
@@ -80,18 +69,7 @@ def test_save_model_writes_card_with_echo_settings_metrics_and_citations(tmp_pat
 
 
 def test_save_model_elsewhere_writes_no_card(tmp_path):
-    args = EchoGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-    )
+    args = tiny_config(tmp_path / "out")
     trainer = EchoGRPOTrainer(
         tiny_model(), args=args, train_dataset=dataset(2), processing_class=tiny_tokenizer("qwen3")
     )
@@ -100,19 +78,7 @@ def test_save_model_elsewhere_writes_no_card(tmp_path):
 
 
 def _args(tmp_path, **kw):
-    return EchoGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        disable_tqdm=True,
-        **kw,
-    )
+    return tiny_config(tmp_path / "out", **kw)
 
 
 def test_card_names_a_local_base_model_and_links_only_hub_names(tmp_path):

@@ -16,11 +16,10 @@ import pytest
 import torch
 import trl
 from helpers.tiny import tiny_model, tiny_tokenizer
-from helpers.trainer import batch, fixed_rollout, make_trainer, prompt_dataset
+from helpers.trainer import batch, fixed_rollout, make_trainer, prompt_dataset, tiny_config
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from echo_trl.config import EchoGRPOConfig
 from echo_trl.train import trl_compat
 from echo_trl.train.batch import LossForward
 from echo_trl.train.sampler import ResumableRepeatSampler
@@ -162,17 +161,7 @@ def test_generate_returns_the_8_tuple_generated_rollouts_unpacks(tmp_path):
     trainer = EchoGRPOTrainer(
         tiny_model(),
         reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-        args=EchoGRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_steps=1,
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            max_completion_length=64,
-            disable_tqdm=True,
-        ),
+        args=tiny_config(tmp_path, max_completion_length=64),
         train_dataset=prompt_dataset(),
         processing_class=tok,
         rollout_func=fixed_rollout(tok),

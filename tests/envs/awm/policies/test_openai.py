@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.inference_server import tool_calling_model
-from helpers.trainer import batch, reference_logps
+from helpers.trainer import batch, reference_logps, tiny_config
 
 from echo_trl.clients.openai import backoff_seconds
 from echo_trl.data.records import token_ids_hash
@@ -177,7 +177,6 @@ def collect(sampler, verify_turn: str, temperature: float, jobs: list[Job]) -> l
 
 
 def test_sampled_logprobs_become_behavior_logprobs_and_train_as_importance_ratio_denominators(sampler, tmp_path):
-    from echo_trl.config import EchoGRPOConfig
     from echo_trl.data.build import build_awm_dataset
     from echo_trl.demo.tiny import build_tiny_model
     from echo_trl.train.collator import STARTING_LOGPS
@@ -200,19 +199,12 @@ def test_sampled_logprobs_become_behavior_logprobs_and_train_as_importance_ratio
     ds = build_awm_dataset([path], verify_turn="omit")
 
     policy_model = build_tiny_model(tokenizer, "qwen2_5", hidden_size=32, num_layers=1, seed=1)  # not the sampler
-    args = EchoGRPOConfig(
-        output_dir=str(tmp_path / "run"),
+    args = tiny_config(
+        tmp_path / "run",
         per_device_train_batch_size=4,
-        num_generations=2,
         max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        gradient_checkpointing=False,
+        max_completion_length=None,
         learning_rate=1e-2,
-        disable_tqdm=True,
         temperature=temperature,
         behavior_policy="initial",
     )
