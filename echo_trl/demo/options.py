@@ -110,8 +110,8 @@ class DemoArguments:
     data_dir: str | None = field(
         default=None,
         metadata={
-            "help": f"AWM episode files/dirs (default: {REPO_DATA} when it holds episodes, else a synthetic "
-            "AWM-style set written to OUTPUT_DIR/episodes)"
+            "help": "AWM episode files/dirs (default: the checkout's data/episodes when it holds episodes, "
+            "else a synthetic AWM-style set written to OUTPUT_DIR/episodes)"
         },
     )
     max_episodes: int = field(default=96, metadata={"help": "use at most this many episodes (bundled data)"})
