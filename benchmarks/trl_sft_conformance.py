@@ -1,6 +1,6 @@
 """Run TRL's own SFT test file, offline, against TRL's ``SFTTrainer`` and against ``EchoSFTTrainer``.
 
-    python benchmarks/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR]
+    python benchmarks/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR] [CLASS::TEST ...]
 
 The file (``tests/fixtures/trl_sft/trl_test_sft_trainer.py``, TRL main, source and commit in ``SOURCE.md``) is
 copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest once per
@@ -22,6 +22,7 @@ when there is one).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -124,10 +125,11 @@ def stage(tmp: Path, standins: Path) -> Path:
     return pkg
 
 
-def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int) -> dict[str, str]:
+def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, tests: list[str]) -> dict[str, str]:
     """Outcome per test id (passed / failed / skipped) of one pytest run."""
     report = tmp / f"{mode}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", str(pkg)]
+    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in tests] or [str(pkg)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *targets]
     cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={timeout}", "-W", "ignore"]
     if keyword:
         cmd += ["-k", keyword]
@@ -153,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trainers", nargs="+", default=["trl", "echo", "echo0"], choices=["trl", "echo", "echo0"])
     parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset of the tests)")
+    parser.add_argument("tests", nargs="*", help="CLASS::TEST of the file to run (default: the whole file)")
     parser.add_argument("--standins", type=Path, default=Path(tempfile.gettempdir()) / "echo_trl_trl_sft_standins")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test")
+    parser.add_argument("--json", action="store_true", help="last stdout line: the outcome of every test per trainer")
     args = parser.parse_args(argv)
     for name, error in build(args.standins).items():
         print(f"stand-in not built: {ORG}/{name}: {error}")
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pkg = stage(Path(tmp), args.standins.resolve())
         for mode in args.trainers:
-            results[mode] = run(mode, Path(tmp), pkg, args.keyword, args.timeout)
+            results[mode] = run(mode, Path(tmp), pkg, args.keyword, args.timeout, args.tests)
             counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
             print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()))
     worse = 0
@@ -176,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  lost: {t}")
             for t in gained:
                 print(f"  gained: {t}")
+    if args.json:
+        print(json.dumps(results))
     return 1 if worse else 0
 
 

@@ -202,3 +202,15 @@ def test_behavior_policy(capsys):
     assert out["no_grad_forwards_of_the_pass"] == out["micro_batches_per_epoch"] == 2
     assert all(positive_finite(v) for v in out["median_seconds"].values())
     assert positive_finite(out["pass_over_epoch"]) and positive_finite(out["epoch_ratio_initial_over_current"])
+
+
+def test_sft_step(capsys):
+    import sft_step
+
+    out = sft_step.main(
+        ["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1", "--max_length", "256"]
+    )
+    assert last_json_line(capsys)["benchmark"] == "sft_step"
+    assert positive_finite(out["time_ratio"]) and memory_ratio_ok(out["memory_ratio"])
+    assert set(out["median_step_seconds"]) == {"EchoSFTTrainer", "SFTTrainer"}
+    assert out["rows_with_role_weights"] != "0/8"  # the timed Echo steps do carry role weights
