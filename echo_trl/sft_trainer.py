@@ -37,6 +37,7 @@ from .train.sft.loss import align_weights, role_nll, weighted_label_smoothing, w
 from .train.sft.prepare import prepare_sft_dataset
 from .train.sft.reward_filter import filter_by_reward
 from .train.sft.weights import ACTION, OBSERVATION, SFTWeights, batch_weight_sum, class_weights, split_labels
+from .train.trainable import guard_training
 
 __all__ = ["EchoSFTTrainer"]
 
@@ -97,6 +98,10 @@ class EchoSFTTrainer(SFTTrainer):
             peft_config=peft_config,
             formatting_func=formatting_func,
         )
+        # #32: a train set whose completions hold no action and no observation token is refused, a batch without a
+        # trained token warned, a non-finite step stopped
+        world = args.world_loss_target if args.observation_weight > 0 else None
+        guard_training(self, actions=args.action_weight > 0, world_target=world)
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         """TRL 1.16's hook (called by ``__init__`` and ``evaluate``): TRL's preparation, role weights in ``labels``."""

@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "held-out env-token cross-entropy (the paper's world-model metric)",
     ),
     "capture": ("echo_trl.commands.capture", "run AWM scenarios locally and record episodes"),
+    "check-scenarios": (
+        "echo_trl.commands.check_scenarios",
+        "AWM scenario and task health: databases, servers, verifiers, tasks that pass untouched",
+    ),
 }
 
 USAGE = "usage: echo-trl COMMAND [--help] [ARGS...]"
