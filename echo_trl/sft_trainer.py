@@ -37,7 +37,7 @@ from .train.sft.loss import align_weights, role_nll, weighted_label_smoothing, w
 from .train.sft.prepare import prepare_sft_dataset
 from .train.sft.reward_filter import filter_by_reward
 from .train.sft.weights import ACTION, OBSERVATION, SFTWeights, batch_weight_sum, class_weights, split_labels
-from .train.trainable import guard_training
+from .train.trainable import guard_training, require_trainable_tokens
 
 __all__ = ["EchoSFTTrainer"]
 
@@ -74,6 +74,10 @@ class EchoSFTTrainer(SFTTrainer):
     ):
         args = as_echo_sft_config(args, model)
         self.sft_weights = SFTWeights.from_args(args)
+        actions = args.action_weight > 0
+        world = args.world_loss_target if args.observation_weight > 0 else None
+        if isinstance(train_dataset, Dataset):  # #32, before TRL's preparation drops the rows without a label
+            require_trainable_tokens(train_dataset, "train_dataset", actions=actions, world_target=world)
         if isinstance(train_dataset, (Dataset, IterableDataset)):
             train_dataset, self.reward_filter = filter_by_reward(
                 train_dataset, args.min_reward, args.world_all_episodes
@@ -98,10 +102,7 @@ class EchoSFTTrainer(SFTTrainer):
             peft_config=peft_config,
             formatting_func=formatting_func,
         )
-        # #32: a train set whose completions hold no action and no observation token is refused, a batch without a
-        # trained token warned, a non-finite step stopped
-        world = args.world_loss_target if args.observation_weight > 0 else None
-        guard_training(self, actions=args.action_weight > 0, world_target=world)
+        guard_training(self, actions=actions, world_target=world)  # #32: untrainable batches, non-finite steps
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         """TRL 1.16's hook (called by ``__init__`` and ``evaluate``): TRL's preparation, role weights in ``labels``."""
