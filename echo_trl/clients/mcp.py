@@ -40,6 +40,10 @@ class ReplyTooLarge(MCPError):
     """The server's reply went over the cap on reply size; the rest was not read."""
 
 
+class CallTimedOut(MCPError):
+    """A call got no reply within its timeout: the server may still be working on it (the caller stops it)."""
+
+
 class MalformedReply(MCPError):
     """The server's reply could not be parsed as an MCP message (it was dropped by the client library)."""
 
@@ -159,7 +163,7 @@ def _wait(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             fut.cancel()
-            raise MCPError(f"{what} timed out after {timeout:g}s")
+            raise CallTimedOut(f"{what} timed out after {timeout:g}s")
         try:
             return fut.result(timeout=min(0.1, remaining))
         except concurrent.futures.TimeoutError:

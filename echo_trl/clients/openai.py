@@ -9,6 +9,16 @@ With ``logprobs="auto"`` the first request asks for the sampler's tokens (vLLM's
 is asked without them from then on (``transformers serve`` rejects the vLLM ones). A request the server
 refuses as too long for the model is a :class:`RequestRefused` (the caller stops that conversation).
 
+Untrusted server: every request has a TOTAL deadline (``timeout``: connect, headers and body together;
+httpx's own timeout is per read, so a server dripping one byte a second never trips it) and a response size
+cap (``max_response_bytes``, :data:`DEFAULT_MAX_RESPONSE_BYTES`), both enforced while the body streams in: a
+watchdog shuts the connection's socket at the deadline (connections are not kept alive, so each request's
+socket is its own). The body is parsed as strict JSON (:mod:`echo_trl.io.strict_json`: no NaN/Infinity, no
+number overflowing a float, no nesting too deep) and must be an object. A response that breaks these is a
+:class:`BadResponse` (the caller ends that episode and goes on); ``Retry-After`` is read only as a plain
+number of seconds (capped). The API key must be printable ASCII (checked before any request) and every
+message this module writes passes through :func:`echo_trl.redact.redact`.
+
 What the responses mean (turns, tool calls, token ids) is the caller's business: this module only
 delivers them.
 """
@@ -16,7 +26,9 @@ delivers them.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,11 +36,19 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import EchoTrlError
+from ..io import strict_json
+from ..redact import redact, register_secret
 
 #: Request fields that ask vLLM for the sampler's token ids and per-token log-probs (its documented extras).
 VLLM_TOKEN_FIELDS = {"logprobs": True, "top_logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True}
 LOGPROB_MODES = ("auto", "on", "off")
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+#: The default cap on one response body (decoded): a long turn with per-token log-probs is about 100 bytes a
+#: token, so 16 MiB holds ~160k tokens; at --concurrency 32 the responses in flight stay under 512 MiB.
+DEFAULT_MAX_RESPONSE_BYTES = 16 << 20
+#: How much of an error response is read (its message is shown, never more).
+ERROR_BODY_BYTES = 64 << 10
+_RETRY_AFTER = re.compile(r"\d{1,9}(\.\d{1,6})?")
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too long", "max_tokens", "max_model_len")
 
 
@@ -48,6 +68,15 @@ class RequestRefused(ClientError):
     """The server refused one request as too long for the model: that episode stops, the run goes on."""
 
 
+class BadResponse(ClientError):
+    """One response cannot be used (over the size cap, not strict JSON, not an object): that episode stops (the
+    reason noted in it), the run goes on."""
+
+
+class _Deadline(Exception):
+    """The total deadline of one request passed (internal: becomes a retried problem)."""
+
+
 def api_base(url: str) -> str:
     """The API base requests go under: ``URL`` as the OpenAI client takes it (``.../v1``); a bare
     ``http://host:port`` gets ``/v1``."""
@@ -57,13 +86,36 @@ def api_base(url: str) -> str:
     return url.rstrip("/") + ("/v1" if parts.path in ("", "/") else "")
 
 
+def retry_after_seconds(value: str | None, cap: float = 60.0) -> float | None:
+    """``Retry-After`` as a number of seconds (at most ``cap``), or ``None`` when it is anything else (an HTTP
+    date, ``nan``, ``inf``, ``1e400``, a negative number): then the client's own back-off applies."""
+    if value is None or not _RETRY_AFTER.fullmatch(value.strip()):
+        return None
+    seconds = float(value.strip())
+    return min(seconds, cap) if math.isfinite(seconds) else None
+
+
 def backoff_seconds(attempt: int, base: float, retry_after: str | None = None, cap: float = 30.0) -> float:
-    """Seconds to wait before retry ``attempt`` (0-based): the server's ``Retry-After`` when it gives a number,
-    else ``base * 2**attempt`` (capped), with up to 10% jitter so concurrent episodes do not retry in step."""
-    if retry_after is not None:
-        with contextlib.suppress(ValueError):
-            return min(max(float(retry_after), 0.0), 2 * cap)
+    """Seconds to wait before retry ``attempt`` (0-based): the server's ``Retry-After`` when it is a plain number
+    (at most ``2 * cap``), else ``base * 2**attempt`` (capped), with up to 10% jitter so concurrent episodes do not
+    retry in step."""
+    server = retry_after_seconds(retry_after, 2 * cap)
+    if server is not None:
+        return server
     return min(base * 2**attempt, cap) * (1.0 + 0.1 * random.random())
+
+
+def check_api_key(key: str | None, where: str = "the API key") -> None:
+    """Refuse a key that cannot be sent in a header (not printable ASCII: a stray newline, a non-ASCII letter)
+    without ever showing it."""
+    if key is None:
+        return
+    bad = next((i for i, c in enumerate(key) if not 0x21 <= ord(c) <= 0x7E), None)
+    if bad is not None:
+        raise ClientError(
+            f"{where} holds {'a non-ASCII' if ord(key[bad]) > 0x7E else 'a control or space'} character at position "
+            f"{bad} of {len(key)} (a stray newline?): only printable ASCII can be sent in a header"
+        )
 
 
 @dataclass
@@ -77,6 +129,8 @@ class OpenAIClient:
     max_retries: int = 5
     backoff: float = 1.0
     logprobs: str = "auto"
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    key_source: str = "the API key"
     _token_fields: bool | None = field(default=None, repr=False)  # None: not known yet (auto)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     refusal: str = ""  # why the server gives no token ids (auto mode fell back)
@@ -86,10 +140,18 @@ class OpenAIClient:
 
         if self.logprobs not in LOGPROB_MODES:
             raise ClientError(f"logprobs must be one of {', '.join(LOGPROB_MODES)}, got {self.logprobs!r}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ClientError(f"the request timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.max_retries < 0 or self.max_response_bytes < 1:
+            raise ClientError("max_retries must be >= 0 and max_response_bytes >= 1")
+        register_secret(self.api_key)
+        check_api_key(self.api_key, self.key_source)
         self.base = api_base(self.url)
         self._token_fields = {"on": True, "off": False}.get(self.logprobs)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._http = httpx.Client(timeout=self.timeout, headers=headers, limits=httpx.Limits(max_connections=256))
+        # no keep-alive: each request's socket is its own, so the deadline watchdog can shut it
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=0)
+        self._http = httpx.Client(timeout=self.timeout, headers=headers, limits=limits, follow_redirects=False)
 
     def close(self) -> None:
         self._http.close()
@@ -127,43 +189,104 @@ class OpenAIClient:
         for attempt in range(self.max_retries + 1):
             retry_after = None
             try:
-                r = self._http.post(where, json=body)
+                status, headers, data = self._send(where, body)
+            except _Deadline:
+                problem = f"no complete response within the {self.timeout:g}s total deadline (--request_timeout)"
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
-                if r.status_code == 200:
-                    try:
-                        return r.json()
-                    except ValueError:
-                        problem = f"HTTP 200 with a body that is not JSON: {r.text[:200]!r}"
-                elif r.status_code in RETRY_STATUS:
-                    problem = f"HTTP {r.status_code}: {_detail(r)}"
-                    retry_after = r.headers.get("retry-after")
+                if status == 200:
+                    return _json_object(data)
+                detail = _detail(data)
+                if status in RETRY_STATUS:
+                    problem = f"HTTP {status}: {detail}"
+                    retry_after = headers.get("retry-after")
                 else:
-                    detail = _detail(r)
-                    if r.status_code == 400 and any(w in detail.lower() for w in _CONTEXT_WORDS):
+                    if status == 400 and any(w in detail.lower() for w in _CONTEXT_WORDS):
                         raise RequestRefused(f"the server refused the request as too long: {detail}")
                     raise InferenceServerError(
-                        f"inference server {where} answered HTTP {r.status_code}: {detail}",
-                        status=r.status_code,
-                        detail=detail,
+                        f"inference server {where} answered HTTP {status}: {detail}", status=status, detail=detail
                     )
             if attempt < self.max_retries:
                 time.sleep(backoff_seconds(attempt, self.backoff, retry_after))
         raise InferenceServerError(
-            f"inference server {where} still failing after {self.max_retries + 1} tries: {problem}"
+            redact(f"inference server {where} still failing after {self.max_retries + 1} tries: {problem}")
         )
 
+    def _send(self, where: str, body: dict[str, Any]) -> tuple[int, Any, bytes]:
+        """One POST: (status, headers, body bytes), the whole exchange within ``timeout`` and the body within
+        ``max_response_bytes`` (an error body: its first :data:`ERROR_BODY_BYTES`). A watchdog shuts the socket
+        at the deadline, which ends any read in progress (headers that never end, a dripping body)."""
+        deadline = time.monotonic() + self.timeout
+        sockets: list[Any] = []
+        expired = threading.Event()
 
-def _detail(response) -> str:
-    """The server's error message (OpenAI's ``{"error": {"message"}}``, FastAPI's ``{"detail"}``), one line."""
+        def shut() -> None:
+            expired.set()
+            for stream in sockets:
+                _shutdown(stream)
+
+        def trace(name: str, info: dict[str, Any]) -> None:
+            if name == "connection.connect_tcp.complete":
+                sockets.append(info.get("return_value"))
+                if expired.is_set():
+                    shut()
+
+        timer = threading.Timer(self.timeout, shut)
+        timer.daemon = True
+        timer.start()
+        try:
+            with self._http.stream("POST", where, json=body, extensions={"trace": trace}) as r:
+                limit = self.max_response_bytes if r.status_code == 200 else ERROR_BODY_BYTES
+                chunks, size = [], 0
+                for chunk in r.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        if r.status_code != 200:
+                            break
+                        raise BadResponse(
+                            f"the server's response is over {limit} bytes (--max_response_bytes): not read further"
+                        )
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise _Deadline
+                return r.status_code, r.headers, b"".join(chunks)[:limit]
+        except Exception:
+            if expired.is_set():
+                raise _Deadline from None
+            raise
+        finally:
+            timer.cancel()
+
+
+def _shutdown(stream: Any) -> None:
+    """Shut the socket under an httpcore network stream (ends a blocked read at once); gone already: nothing."""
+    with contextlib.suppress(Exception):
+        import socket
+
+        stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    """A 200 body as a JSON object, strictly (see the module docstring), else :class:`BadResponse`."""
     try:
-        data = response.json()
-    except ValueError:
-        return " ".join(response.text.split())[:300]
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        return " ".join(str(err).split())[:300]
-    return " ".join(str(data).split())[:300]
+        value = strict_json.loads(data)
+    except strict_json.StrictJSONError as exc:
+        raise BadResponse(redact(f"the server's response is not strict JSON: {exc}")) from None
+    if not isinstance(value, dict):
+        raise BadResponse(f"the server's response is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _detail(data: bytes) -> str:
+    """The server's error message (OpenAI's ``{"error": {"message"}}``, FastAPI's ``{"detail"}``), one line,
+    redacted (a body may quote the request's ``Authorization`` header)."""
+    try:
+        value: Any = strict_json.loads(data)
+    except strict_json.StrictJSONError:
+        value = data.decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        value = value.get("error", value.get("detail", value))
+        if isinstance(value, dict):
+            value = value.get("message", value)
+    return redact(" ".join(str(value).split()))[:300]

@@ -52,6 +52,7 @@ from ..command_line import CommandParser, command_parser, parse_command
 from ..errors import EchoTrlError
 from ..io.outputs import check_output_dir
 from ..progress import progress
+from ..redact import redact
 from .capture_args import CaptureArguments
 from .capture_run import collect_local, episodes_per_task, model_policy
 
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
         checks.extend(_replay_check(record, record["task_idx"], record["metadata"]["episode"]["index"]))
 
     summary, lines, out = collect_local(args, on_record=replay_check)
-    lines += _replay_lines(checks)
+    lines = [redact(line) for line in [*lines, *_replay_lines(checks)]]
     with open(out / "capture_log.txt", "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")
     print("\n".join(lines), file=sys.stderr)

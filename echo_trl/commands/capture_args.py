@@ -212,6 +212,20 @@ class CaptureArguments:
     max_retries: int = field(
         default=5, metadata={"help": "openai:URL policy: retries on 429 / 5xx / lost connections (default 5)"}
     )
+    max_response_bytes: int = field(
+        default=16 << 20,
+        metadata={
+            "help": "openai:URL policy: the most bytes one response may hold, enforced while it streams in "
+            "(default 16 MiB); a larger one ends its episode"
+        },
+    )
+    max_rendered_chars: int = field(
+        default=2_000_000,
+        metadata={
+            "help": "the longest rendered episode aligned with the tokenizer (default 2,000,000 characters, as "
+            "build-dataset); a longer one is written without log-probs, flagged"
+        },
+    )
     retry_backoff: float = field(
         default=1.0, metadata={"help": "openai:URL policy: first retry wait in seconds, doubling"}
     )
@@ -293,12 +307,18 @@ class CaptureArguments:
         self.scenario = _as_list(self.scenario, str, "scenario")
         self.task_idx = _as_list(self.task_idx, int, "task_idx")
         self._check_source()
-        for flag in ("max_servers", "max_steps", "max_new_tokens"):
+        for flag in ("max_servers", "max_steps", "max_new_tokens", "max_response_bytes", "max_rendered_chars"):
             if getattr(self, flag) is not None:
                 positive_int(flag, getattr(self, flag))
         for flag in ("request_timeout", "tool_timeout", "verifier_timeout"):
             positive_number(flag, getattr(self, flag))
         non_negative_number("retry_backoff", self.retry_backoff)
+        non_negative_number("temperature", self.temperature)
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float) or not 0 < self.top_p <= 1:
+            shown = str(self.top_p).removesuffix(".0")  # as the user wrote it (argparse made 0 into 0.0)
+            raise FlagValueError(f"argument --top_p: expected a number in (0, 1], got {shown!r}")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise FlagValueError(f"argument --max_retries: expected an integer >= 0, got {str(self.max_retries)!r}")
         if self.episodes is not None and self.episodes < 1:
             raise FlagValueError("--episodes must be >= 1")
         if self.concurrency < 1:

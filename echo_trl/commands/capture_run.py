@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
+from ..redact import redact
 from .capture_args import CaptureArguments
 
 
@@ -147,6 +148,7 @@ def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer
         f"{'end the episode' if args.stop_on_format_error else 'the episode goes on'}",
         f"this run: {run['episodes']} episodes in {run['seconds']}s ({run['episodes_per_s']} episodes/s, "
         f"concurrency {run['concurrency']}); {run['already_there']} were already in the output",
+        *(f"repaired: {r}" for r in run.get("repaired", [])),
         *summary_lines(summary),
         align,
         f"containment: {'; '.join(containment.applied())}",
@@ -179,6 +181,8 @@ def build_policy(args: CaptureArguments):
         max_retries=args.max_retries,
         backoff=args.retry_backoff,
         logprobs=args.logprobs,
+        max_response_bytes=args.max_response_bytes,
+        key_source=f"the API key in ${args.api_key_env}",
     )
     policy = OpenAIPolicy(
         client,
@@ -197,20 +201,36 @@ def build_policy(args: CaptureArguments):
         except EchoTrlError:
             if args.tokenizer:
                 raise
-    sampler = {"server": client.base, "model": args.model, "temperature": args.temperature, "top_p": args.top_p}
+    if tokenizer is not None:
+        from ..tokens.size_limit import set_max_rendered_chars
+
+        set_max_rendered_chars(tokenizer, args.max_rendered_chars)
+    sampler = {
+        "server": redact(client.base),
+        "model": args.model,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+    }
     return policy, sampler, tokenizer
 
 
 def align(args: CaptureArguments, tokenizer, record: dict) -> None:
-    from ..tokens.sampled import align_record, apply_alignment
+    """Align the record's sampled turns (``behavior_logprobs`` or flagged turns). An episode that cannot be
+    rendered for the comparison (over ``--max_rendered_chars``, a field the dataset builder refuses) is kept,
+    flagged with the reason, without log-probs: one episode never stops the run."""
+    from ..tokens.sampled import Alignment, TurnCheck, align_record, apply_alignment
 
-    alignment = align_record(
-        tokenizer,
-        record,
-        format=args.format,
-        verify_turn=args.verify_turn,
-        system_prompt=args.system_prompt or None,
-    )
+    try:
+        alignment = align_record(
+            tokenizer,
+            record,
+            format=args.format,
+            verify_turn=args.verify_turn,
+            system_prompt=args.system_prompt or None,
+        )
+    except (EchoTrlError, RecursionError) as exc:
+        why = redact(" ".join(str(exc).split())[:500]) or type(exc).__name__
+        alignment = Alignment("flagged", [TurnCheck(0, False, f"the episode could not be aligned: {why}")])
     apply_alignment(record, alignment, tokenizer.name_or_path)
 
 

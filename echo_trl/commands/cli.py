@@ -74,7 +74,9 @@ def _run(name: str, rest: list[str]) -> int:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)
     except EchoTrlError as exc:
-        print(f"echo-trl {name}: error: {exc}", file=sys.stderr)
+        from ..redact import redact  # the one redaction every error line passes through (API keys, Authorization)
+
+        print(f"echo-trl {name}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"echo-trl {name}: interrupted", file=sys.stderr)

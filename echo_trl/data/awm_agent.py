@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import EpisodeError
+from ..io import strict_json
 from ..roles import Message, Trajectory, tool_call
 from .prompt import prompt_messages
 from .tools import tool_schema
@@ -218,8 +219,10 @@ def list_tools_reply(tools: Sequence[Mapping[str, Any]]) -> str:
 def robust_json_loads(text: Any) -> Any:
     """JSON as the official agent reads model output: strict first, then repaired by ``json_repair``.
 
-    Blank text is ``{}``; lone surrogates are dropped; what ``json_repair`` cannot read at all
-    (it returns ``""``) is ``{}``. Unlike the official helper, a string that names an existing
+    Blank text is ``{}``; lone surrogates are dropped (escaped ones replaced by U+FFFD); what ``json_repair``
+    cannot read at all (it returns ``""`` or recurses too deep) is ``{}``, and so is a value holding NaN or
+    Infinity, which no JSON file can record (strict JSON is read first: :mod:`echo_trl.io.strict_json`).
+    Unlike the official helper, a string that names an existing
     ``.json`` file is not read from disk (model output must never open local files).
     """
     if isinstance(text, list):
@@ -230,13 +233,21 @@ def robust_json_loads(text: Any) -> Any:
     if not text:
         return {}
     try:
-        return json.loads(text)
-    except ValueError:
+        return strict_json.scrub(strict_json.loads(text))[0]
+    except strict_json.StrictJSONError:
         pass
     import json_repair
 
-    value = json_repair.loads(text)
-    return {} if value == "" else value
+    try:
+        value = json_repair.loads(text)
+    except (RecursionError, ValueError):  # hundreds of unclosed brackets: unreadable, as json_repair's "" is
+        return {}
+    if value == "" or strict_json.non_finite_path(value) is not None:  # NaN / Infinity cannot be recorded
+        return {}
+    try:
+        return strict_json.scrub(value)[0]
+    except strict_json.StrictJSONError:  # nested too deep to record
+        return {}
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ class Containment:
             "bubblewrap: user namespace, uid/gid 65534 on the host, no capabilities",
             "pid, net, ipc, uts, cgroup namespaces; no nested user namespaces",
             "seccomp: keyrings, ptrace, io_uring, userfaultfd, bpf, perf_event_open, namespaces, mounts, "
-            "kexec, modules denied (EPERM)",
+            "kexec, modules denied (EPERM); sockets other than unix/inet/inet6 (EAFNOSUPPORT)",
             "fresh session keyring" if not self.keyring else f"host session keyring kept ({self.keyring})",
             "fresh /proc, minimal read-only /dev",
             "read-only root: /usr, Python runtime, named files; one writable /tmp: a sized nosuid,nodev tmpfs "

@@ -10,7 +10,15 @@ and riskier surfaces. The filter makes these fail with ``EPERM`` (a clean error,
 * namespaces and mounts (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag, ``mount``,
   ``umount2``, ``pivot_root``, ``chroot``, the new mount API);
 * the machine itself (``kexec_*``, module loading and unloading, ``reboot``, ``swapon``/``off``,
-  ``acct``, ``quotactl``, ``syslog``).
+  ``acct``, ``quotactl``, ``syslog``);
+* the newest mount API calls (``open_tree_attr``, ``listmount``, ``statmount``) and other rarely needed
+  surfaces: another process's descriptors (``pidfd_getfd``), ``memfd_secret``, ``kcmp``,
+  ``process_madvise``, the x86 LDT (``modify_ldt``), and ``personality`` other than the default persona
+  (``PER_LINUX``, 0) or the query (``0xffffffff``);
+* socket families other than ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (``socket`` answers
+  ``EAFNOSUPPORT``): ``AF_VSOCK`` reaches the host's hypervisor whatever the network namespace, ``AF_NETLINK``
+  the kernel's routing and audit interfaces; the bundled scenario and the AWM-1K samples need none (glibc's
+  ``getaddrinfo`` falls back without netlink).
 
 ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read; the C library then
 falls back to ``clone``, whose flags it can), as Docker's default profile does. A system call of
@@ -68,7 +76,22 @@ DENIED: dict[str, tuple[int, int]] = {
     "acct": (163, 89),
     "quotactl": (179, 60),
     "syslog": (103, 116),
+    # x86_64 syscall_64.tbl / asm-generic numbers since Linux 6.8 (statmount, listmount) and 6.15 (open_tree_attr)
+    "statmount": (457, 457),
+    "listmount": (458, 458),
+    "open_tree_attr": (467, 467),
+    "pidfd_getfd": (438, 438),
+    "memfd_secret": (447, 447),
+    "process_madvise": (440, 440),
+    "kcmp": (312, 272),
+    "modify_ldt": (154, -1),  # x86 only
 }
+#: personality(persona): only these personas pass (the default, and 0xffffffff, which only asks)
+PERSONALITY = (135, 92)
+PERSONAS_ALLOWED = (0x0, 0xFFFFFFFF)
+#: socket(family, ...): only these families pass (AF_UNIX, AF_INET, AF_INET6); others answer EAFNOSUPPORT
+SOCKET = (41, 198)
+SOCKET_FAMILIES = (1, 2, 10)
 CLONE = (56, 220)
 CLONE3 = (435, 435)
 # CLONE_NEW{TIME, NS, CGROUP, UTS, IPC, USER, PID, NET}
@@ -102,7 +125,7 @@ def machine(name: str | None = None) -> str:
 def syscall_number(name: str, arch: str | None = None) -> int:
     """The number of a system call the filter names, on ``arch`` (default: this machine)."""
     index = 0 if machine(arch) == "x86_64" else 1
-    table = {**DENIED, "clone": CLONE, "clone3": CLONE3}
+    table = {**DENIED, "clone": CLONE, "clone3": CLONE3, "personality": PERSONALITY, "socket": SOCKET}
     return table[name][index]
 
 
@@ -114,14 +137,24 @@ def program(arch: str | None = None) -> list[tuple[int, int, int, int]]:
     code: list = [("ld", OFFSET_ARCH), ("jeq", AUDIT_ARCH[arch], "native", "deny"), "native", ("ld", OFFSET_NR)]
     if arch == "x86_64":
         code.append(("jge", X32_SYSCALL_BIT, "deny", None))
-    for nr in sorted({v[index] for v in DENIED.values()}):
+    for nr in sorted({v[index] for v in DENIED.values()} - {-1}):
         code.append(("jeq", nr, "deny", None))
     code += [
         ("jeq", CLONE3[index], "nosys", None),
+        ("jeq", PERSONALITY[index], "personality", None),
+        ("jeq", SOCKET[index], "socket", None),
         ("jeq", CLONE[index], "clone", "allow"),
         "clone",
         ("ld", OFFSET_ARG0),
         ("jset", CLONE_NEW_FLAGS, "deny", "allow"),
+        "personality",
+        ("ld", OFFSET_ARG0),
+        *(("jeq", persona, "allow", None) for persona in PERSONAS_ALLOWED),
+        ("ret", RET_ERRNO | errno.EPERM),
+        "socket",
+        ("ld", OFFSET_ARG0),
+        *(("jeq", family, "allow", None) for family in SOCKET_FAMILIES),
+        ("ret", RET_ERRNO | errno.EAFNOSUPPORT),
         "allow",
         ("ret", RET_ALLOW),
         "deny",

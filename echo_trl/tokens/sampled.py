@@ -14,6 +14,8 @@ message, and compares them, in order, with the sampled turns:
   flagged, with the reason; so is a turn whose server-side prompt (count and hash of
   ``prompt_token_ids``, when the server returns them) differs from the trainer's tokens before
   that message: its log-probs were taken in another context;
+* a turn the collector already flagged (``problem``: a lone surrogate replaced, a token id or log-prob no
+  sampler gives) and a turn whose ids lie outside the tokenizer's vocabulary are flagged with that reason;
 * the episode gets ``behavior_logprobs`` (one per action token, the collator's contract) only when
   every turn is aligned and every assistant message has its turn; otherwise none, and the trainer
   uses its ``behavior_policy`` for it. Never a partly misaligned list.
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.fields import logprob_problem
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..data.records import awm_episode_to_trajectory, sampled_turns, token_ids_hash
 from ..errors import EchoTrlError
@@ -76,6 +79,15 @@ def _action_runs(tokens, completion: list[dict[str, Any]]) -> list[tuple[int, li
     return runs
 
 
+def _logprob_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{type(value).__name__} is not a number"
+    try:
+        return logprob_problem(float(value))
+    except OverflowError:
+        return "a number too large for a float"
+
+
 def _verify_hint(message: dict[str, Any]) -> str:
     if any(c["function"]["name"] == "verify" for c in message.get("tool_calls") or []):
         return (
@@ -111,7 +123,8 @@ def align_record(
     turns = sampled_turns(record)
     if not turns:
         return Alignment("no-turns")
-    if any(not t.get("token_ids") or t.get("logprobs") is None for t in turns):
+    missing = [not t.get("token_ids") or t.get("logprobs") is None for t in turns]
+    if any(missing) and not any(t.get("problem") for t in turns):
         return Alignment("no-logprobs")
     body = {k: v for k, v in record.items() if k != "behavior_logprobs"}
     trajectory = awm_episode_to_trajectory(
@@ -120,15 +133,25 @@ def align_record(
     tokens = tokenize_with_roles(tokenizer, trajectory)
     runs = _action_runs(tokens, trajectory.completion)
     checks = []
+    vocab = len(tokenizer)
     for i, turn in enumerate(turns):
+        if turn.get("problem") or missing[i]:
+            why = turn.get("problem") or "the server returned no token ids / log-probs"
+            checks.append(TurnCheck(i, False, str(why)))
+            continue
         ids, logprobs = list(turn["token_ids"]), list(turn["logprobs"])
         if i >= len(runs):
             checks.append(TurnCheck(i, False, "no assistant message of the built conversation is left for this turn"))
             continue
         start, want, message = runs[i]
         prompt = turn.get("prompt_tokens")
-        if len(logprobs) != len(ids):
+        outside = next((k for k, v in enumerate(ids) if not isinstance(v, int) or not 0 <= v < vocab), None)
+        if outside is not None:
+            reason = f"token_ids[{outside}]: {ids[outside]!r} is outside the tokenizer's vocabulary (0..{vocab - 1})"
+        elif len(logprobs) != len(ids):
             reason = f"{len(logprobs)} log-probs for {len(ids)} token ids"
+        elif bad := next((f"logprobs[{k}]: {p}" for k, p in enumerate(map(_logprob_problem, logprobs)) if p), ""):
+            reason = bad
         elif ids != want:
             reason = _differ(tokenizer, ids, want) + _verify_hint(message)
         elif isinstance(prompt, dict) and (

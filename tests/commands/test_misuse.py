@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from echo_trl.commands.cli import COMMANDS, main
 
+LIBRARY = __import__("pathlib").Path(__file__).resolve().parents[2] / "data" / "awm_scenarios"
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 
@@ -143,7 +144,20 @@ def test_train_with_a_dataset_as_the_model(assets, tmp_path, capsys):
     assert_one_line(code, err, "train", "--model_name_or_path", str(root / "ds"), "not a model directory")
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--tool_timeout", "-1"), ("--verifier_timeout", "nan")])
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--tool_timeout", "-1"),
+        ("--verifier_timeout", "nan"),
+        ("--temperature", "nan"),
+        ("--temperature", "-1"),
+        ("--top_p", "inf"),
+        ("--top_p", "0"),
+        ("--max_retries", "-1"),
+        ("--max_response_bytes", "0"),
+        ("--max_rendered_chars", "-5"),
+    ],
+)
 def test_capture_refuses_impossible_timeouts(tmp_path, flag, value, capsys):
     data = tmp_path / "data"
     data.mkdir()
@@ -217,3 +231,42 @@ def test_no_flag_combination_prints_a_traceback(argv, tmp_path_factory, capsys):
     assert code in (0, 2) and "Traceback" not in err, (argv, err)
     if code == 2:
         assert err.strip().splitlines()[-1].startswith(f"echo-trl {argv[0]}: error: "), (argv, err)
+
+
+# --- the property against a hostile inference server: whatever it sends, one line or a strict-JSON collection ------
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    from helpers.hostile_server import ANSWER, HostileServer
+    from helpers.tiny import tiny_tokenizer
+
+    tok = tmp_path_factory.mktemp("tok")
+    tiny_tokenizer("qwen2_5").save_pretrained(tok)
+    with HostileServer(tiny_tokenizer("qwen2_5").encode(ANSWER + "<|im_end|>", add_special_tokens=False)) as srv:
+        yield srv, tok
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    modes=st.lists(
+        st.sampled_from(sorted(__import__("helpers.hostile_server").hostile_server.MODES)), min_size=1, max_size=3
+    )
+)
+def test_capture_against_any_hostile_server_mode_is_one_line_or_strict_json(modes, hostile, tmp_path_factory, capsys):
+    from echo_trl.data.episode_files import iter_episode_records
+
+    server, tok = hostile
+    out = tmp_path_factory.mktemp("hostile") / "out"
+    argv = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task_idx", "0", "--episodes", "2"]
+    argv += ["--policy", f"openai:{server.url('+'.join(modes))}", "--model", "m", "--tokenizer", str(tok)]
+    argv += ["--max_steps", "2", "--request_timeout", "2", "--max_retries", "1", "--retry_backoff", "0"]
+    argv += ["--max_response_bytes", str(4 << 20), "--output", str(out)]
+    code, err = run_in_process(argv, capsys)
+    assert code in (0, 2) and "Traceback" not in err, (modes, err)
+    if code == 2:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("echo-trl capture: error: "), (modes, err)
+    for rec in iter_episode_records(sorted(out.glob("*_task*.jsonl"))):  # the library's own strict reader
+        assert rec.error is None, (modes, rec.error)

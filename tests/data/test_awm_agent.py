@@ -92,7 +92,11 @@ def test_robust_json_loads():
     assert A.robust_json_loads("  ") == {} and A.robust_json_loads("") == {}
     assert A.robust_json_loads('{"a": 1,}') == {"a": 1}  # repaired
     assert A.robust_json_loads('{"a": "\ud800x"}') == {"a": "x"}  # a lone surrogate is dropped
-    assert A.robust_json_loads("NaN") != A.robust_json_loads("NaN")  # strict json first (NaN is a float)
+    # NaN / Infinity cannot be recorded in strict JSON: such a call reads as unreadable ({}), as the official
+    # agent's json_repair reads text it cannot parse; so do hundreds of unclosed or ~990 nested brackets (issue 32)
+    assert A.robust_json_loads("NaN") == {} and A.robust_json_loads('{"q": Infinity}') == {}
+    assert A.robust_json_loads("[" * 400) == {} and A.robust_json_loads("[" * 990 + "]" * 990) == {}
+    assert A.robust_json_loads('{"q": "\\ud800"}') == {"q": "\ufffd"}  # an escaped lone surrogate: replaced
     assert A.robust_json_loads(["[1]", "{}"]) == [[1], {}]
 
 

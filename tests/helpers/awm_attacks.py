@@ -132,6 +132,9 @@ def _attempt(name):
         raise RuntimeError("daemon started")
     if name == "sleep":
         _time.sleep(10 ** 6)
+    if name == "spin":  # pure CPU in the server's worker thread, past any tool timeout
+        while True:
+            pass
     if name == "stdout":
         chunk = b"x" * (1 << 20)
         for _ in range(1024):

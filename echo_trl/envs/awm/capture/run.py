@@ -214,6 +214,7 @@ def collect(
         "episodes_per_s": round(store.written / elapsed, 3) if elapsed > 0 else None,
         "concurrency": settings.concurrency,
         "server_starts": stats.starts,
+        "repaired": list(store.repaired),
     }
     skipped_lines = skipped.lines(hint="--include_unusable")
     if skipped_lines:  # what this run's scenario report left out (or kept although unusable), and why

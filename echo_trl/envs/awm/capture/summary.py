@@ -120,7 +120,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"sampled turns: {lp['turns']}, with token ids and log-probs {lp.get('turns_with_logprobs', 0)}, "
             f"aligned with the trainer's tokenization {lp.get('turns_aligned', 0)}, "
-            f"FLAGGED (token ids differ) {lp.get('turns_flagged', 0)}; "
+            f"FLAGGED (reasons under sampler.alignment) {lp.get('turns_flagged', 0)}; "
             f"episodes with behavior_logprobs: {lp.get('episodes_with_behavior_logprobs', 0)}"
         )
     return lines

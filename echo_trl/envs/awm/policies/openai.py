@@ -8,7 +8,8 @@ trainer sees: chat-template (the scenario's tools as the API's ``tools``, one as
 tool call, the server's parsed ``tool_calls``) or awm-agent (the official agent's system prompt, no
 ``tools``, each turn's text parsed with :func:`echo_trl.data.awm_agent.next_action`, replies from
 :func:`~echo_trl.envs.awm.runtime.agent_turns.agent_reply`). A request the server refuses as too long
-ends that episode (noted); a server failing after the client's retries stops the run (finished episodes
+ends that episode (noted), so does a response the client or :func:`sampled_turn` cannot use (over the size
+cap, not strict JSON, a malformed field); a server failing after the client's retries stops the run (finished episodes
 are kept).
 
 Every turn is kept in the record under ``sampler.turns`` (in generation order; ``play`` returns
@@ -24,13 +25,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ....clients.openai import OpenAIClient, RequestRefused
+from ....clients.openai import BadResponse, OpenAIClient, RequestRefused
 from ....data import awm_agent
 from ....data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
+from ....io import strict_json
+from ....redact import redact
 from ....roles import Message, tool_call
 from ..runtime.agent_turns import agent_reply
 from ..runtime.episode import Episode
-from .policy import live_prompt, observation_text
+from .policy import PolicyError, live_prompt, observation_text
 from .sampled import SampledTurn, sampled_turn
 
 
@@ -101,8 +104,8 @@ class OpenAIPolicy:
                 body["seed"] = seed + step
             try:
                 turn = sampled_turn(self.client.complete(body))
-            except RequestRefused as exc:
-                episode.notes.append(f"policy stopped: {exc}")
+            except (RequestRefused, BadResponse, PolicyError) as exc:  # this episode's response: the run goes on
+                episode.notes.append(redact(f"policy stopped: {exc}"))
                 break
             turns.append(turn.to_json())
             ended = self._agent_turn(episode, turn, messages) if agent else self._tool_turn(episode, turn, messages)
@@ -121,8 +124,8 @@ class OpenAIPolicy:
             return True
         for call in turn.tool_calls:
             args: Any = call["arguments"]
-            with contextlib.suppress(ValueError):
-                args = json.loads(args) if args.strip() else {}
+            with contextlib.suppress(ValueError):  # not strict JSON: kept as text (invalid arguments, as in AWM)
+                args = strict_json.scrub(strict_json.loads(args))[0] if args.strip() else {}
             obs = episode.call_tool(call["name"] or "<missing tool name>", args)
             action = episode.steps[-1]["action"]  # as recorded (what the dataset renders)
             name = action["tool_name"]

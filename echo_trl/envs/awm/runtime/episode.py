@@ -40,7 +40,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ....clients.mcp import MCPError, MCPSession
+from ....clients.mcp import CallTimedOut, MCPError, MCPSession
 from ....data.formats import VERIFY_TURNS
 from ....sandbox import bwrap, hostio
 from ..scenario.database import BuildReport, build_image
@@ -315,6 +315,12 @@ class Episode:
                 out = self.session.call_tool(tool_name, arguments, timeout=self.runtime.tool_timeout)
             except MCPError as exc:
                 server = self.runtime.server
+                if isinstance(exc, CallTimedOut) and server is not None:
+                    server.stop()  # a call still computing would burn CPU through later episodes: the next starts anew
+                    self.notes.append(
+                        f"tool call {tool_name!r} timed out after {self.runtime.tool_timeout:g}s: its scenario server "
+                        "was stopped (no CPU spent on it after the timeout) and is restarted for the next call"
+                    )
                 why = server.exit_description() if server is not None and not server.alive() else ""
                 rt = "timeout" if "timed out" in str(exc) else "server_error"
                 obs = {

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ....clients.mcp import MCPError, MCPSession, ToolOutcome
+from ....clients.mcp import CallTimedOut, MCPError, MCPSession, ToolOutcome
 from ....errors import EchoTrlError
 from ....io.atomic import write_file
 from ....sandbox import bwrap, hostio
@@ -330,10 +330,13 @@ class ServerPool:
                 raise MCPError(f"could not load the session's database into the scenario server: {exc}") from None
             try:
                 out = slot.mcp.call_tool(name, arguments, timeout=timeout)
-            except BaseException:
+            except BaseException as exc:
                 slot.state.occupant = None  # unknown state: restore before the next call
-                with contextlib.suppress(Exception):
-                    session.write(server.save_database())
+                if isinstance(exc, CallTimedOut):  # it may still be computing: stopped (the episode notes it)
+                    server.stop()
+                else:
+                    with contextlib.suppress(Exception):
+                        session.write(server.save_database())
                 with contextlib.suppress(Exception):  # a failed call leaves its MCP session unusable
                     slot.mcp.close()
                 slot.mcp = None

@@ -197,3 +197,41 @@ def test_benchmark_smoke(capsys):
     assert all(r["all_rewards_complete"] and r["episodes_per_s"] > 0 for r in out["per_pool"].values())
     assert out["per_pool"]["1"]["server_starts"] >= 2 and out["per_pool"]["2"]["server_starts"] == 0
     assert out["rss_mb_per_server"]["n"] == 2 and out["rss_mb_per_server"]["median"] > 0
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    """User + system CPU seconds of the live processes among ``pids`` (/proc/PID/stat fields 14 and 15)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def test_a_timed_out_tool_call_stops_its_server_so_no_cpu_is_burnt_after_the_timeout(tmp_path):
+    from helpers.awm_attacks import scenario_copy
+
+    data = scenario_copy(tmp_path / "data", {"secret": "", "outside": str(tmp_path / "x"), "marker": "spin-test"})
+    library = ScenarioSource.from_dir(data).load("library_1")
+    children = descendant_pids()
+    with ServerPool(1, tool_timeout=8.0) as pool:  # the MCP handshake shares it: room on a busy machine
+        pool.add(library)
+        ep = pool.new_episode("library_1", 0)
+        ((_, first),) = pool.live_servers()
+        obs = ep.call_tool("probe", {"name": "spin"})  # `while True: pass` in the server
+        assert obs["reward_type"] == "timeout" and obs["done"]
+        assert any("timed out after 8s: its scenario server was stopped" in n for n in ep.notes), ep.notes
+        servers = descendant_pids() - children
+        before = _cpu_seconds(servers)
+        time.sleep(2.0)
+        burnt = _cpu_seconds(servers) - before
+        # unstopped, the spinning thread took 0.29 CPU s in 1.5 s on a loaded 2-core machine (a core when idle)
+        assert burnt < 0.05, f"{burnt:.2f} CPU seconds in 2 s after the timeout"
+        ep.close()
+        nxt = pool.new_episode("library_1", 0)  # the next episode gets a fresh server and works
+        assert nxt.call_tool("search_members", {"query": "Priya Raman"})["reward_type"] == "tool_call_ok"
+        assert pool.live_servers()[0][1] != first and any("restarted" in n for n in nxt.notes), nxt.notes
+        nxt.close()
