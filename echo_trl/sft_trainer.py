@@ -1,38 +1,43 @@
-"""``EchoSFTTrainer``: TRL's ``SFTTrainer`` on recorded trajectories, with per-token role weights (ActObs).
+"""``EchoSFTTrainer``: TRL's ``SFTTrainer``, plus per-token role weights where the rows have roles (ActObs).
 
-    loss = sum_t w_t * CE_t / sum_t w_t,   w_t = action_weight on action tokens, world_model_coeff on env_output
-                                                (world-target) tokens, 0 on context and warnings
+Everything ``SFTTrainer`` does stays TRL's: the datasets it takes (``text``, ``messages``, prompt-completion,
+pre-tokenized, ``formatting_func``, streaming), its preparation (truncation, ``bfd`` / ``wrapped`` packing,
+padding-free collation), its options and losses (``assistant_only_loss``, ``completion_only_loss``, ``nll`` /
+``dft``, label smoothing, the MoE aux loss), PEFT, its metrics. On top, in a conversation with tool messages (and in
+ECHO trajectory datasets), tool-message content is trained with ``observation_weight`` and the assistant's tokens
+with ``action_weight`` (``train/sft/weights.py``); a dataset without roles trains exactly as with ``SFTTrainer``.
 
-The SFT stage before ECHO-GRPO, on the same datasets, token cache and role masks as ``EchoGRPOTrainer``
-(``train/sft_collator.py`` collates each row from ``train/collator.py``'s features); the loss is
-``train/sft_loss.py``'s. It overrides these ``SFTTrainer`` / ``Trainer`` hooks (TRL 1.16, transformers 5):
+It overrides these ``SFTTrainer`` / ``Trainer`` hooks (TRL 1.16, transformers 5):
 
-* ``__init__``: reward filtering (``train/sft_data.py``), TRL's dataset preparation skipped (the rows are
-  trajectories, collated here), token columns cached once per dataset and tokenizer;
-* ``compute_loss``: TRL's fused-LM-head forward, the weighted CE instead of TRL's unweighted one;
-* ``get_batch_samples``: ``num_items_in_batch`` is the accumulation window's weight sum over every process (TRL
-  counts the labels), so the loss is exact under gradient accumulation and data parallelism;
-* ``_set_signature_columns_if_needed``: the trajectory columns reach the collator;
+* ``__init__``: the same signature; ``TrainingArguments`` / ``SFTConfig`` converted to ``EchoSFTConfig``; rows
+  filtered by ``min_reward`` (``train/sft/reward_filter.py``);
+* ``_prepare_dataset``: TRL's preparation with role weights coded into ``labels`` (``train/sft/prepare.py``), so
+  TRL's truncation, packing and collation carry them;
+* ``get_batch_samples``: the accumulation window's divisor is its weight sum (TRL's token count when no token is
+  weighted), over every process;
+* ``compute_loss``: TRL's own when the batch carries no role weight; else TRL's loss with a weight per token
+  (``train/sft/loss.py``) and TRL's metrics, plus per-role CE;
 * ``create_model_card`` / ``save_model``: TRL's card plus the SFT stage's section (``train/model_card.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
+from datasets import Dataset, IterableDataset
 from trl import SFTTrainer
 
 from .errors import EchoTrlError
-from .sft_config import EchoSFTConfig
-from .train import offline, trl_compat
-from .train.collator import CollatorSettings
-from .train.model import context_length
+from .sft_config import as_echo_sft_config
+from .train import trl_compat
 from .train.model_card import add_sft_section
-from .train.sft_collator import SFTCollator, SFTWeights
-from .train.sft_data import filter_by_reward
-from .train.sft_loss import ACTION_MASK, EXTRA_COLUMNS, WEIGHTS, WORLD_MASK, role_nll, weighted_ce, window_weight_sum
-from .train.trainable import guard_training
+from .train.sft.loss import align_weights, role_nll, weighted_label_smoothing, weighted_nll
+from .train.sft.prepare import prepare_sft_dataset
+from .train.sft.reward_filter import filter_by_reward
+from .train.sft.weights import ACTION, OBSERVATION, SFTWeights, batch_weight_sum, class_weights, split_labels
+from .train.trainable import guard_training, require_trainable_tokens
 
 __all__ = ["EchoSFTTrainer"]
 
@@ -40,136 +45,155 @@ logger = logging.getLogger(__name__)
 
 
 class EchoSFTTrainer(SFTTrainer):
-    """SFT on recorded trajectories: ``action_weight`` x CE on the agent's tokens + ``world_model_coeff`` x CE on the
-    environment's (observation supervision), normalised by the weight sum.
+    """``SFTTrainer`` with observation supervision: ``observation_weight`` x CE on tool-message content,
+    ``action_weight`` x CE on the assistant's tokens, TRL's mask elsewhere; normalised by the weight sum.
 
-    ``train_dataset`` / ``eval_dataset``: trajectory datasets (``echo_trl.build_awm_dataset``,
-    ``echo-trl build-dataset``). ``reward_filter`` says how many episodes ``min_reward`` kept.
+    Takes what ``SFTTrainer`` takes, in the same positions. ``reward_filter`` says what ``min_reward`` kept.
     """
 
     _tag_names = ["trl", "sft", "echo"]
     _name = "ECHO-SFT"
-    # compute_loss divides by the accumulation window's weight sum: transformers must not divide again
-    loss_is_scaled_for_ga = True
 
     def __init__(
         self,
         model,
-        args: EchoSFTConfig | None = None,
+        args=None,
+        data_collator=None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
+        compute_loss_func=None,
+        compute_metrics=None,
         callbacks=None,
         optimizers=(None, None),
+        optimizer_cls_and_kwargs=None,
+        preprocess_logits_for_metrics=None,
         quantization_config=None,
         peft_config=None,
+        formatting_func=None,
     ):
-        if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
-            args = EchoSFTConfig(f"{str(name).split('/')[-1]}-ECHO-SFT")
-        if not isinstance(args, EchoSFTConfig):
-            raise EchoTrlError(f"EchoSFTTrainer needs an EchoSFTConfig, got {type(args).__name__}")
-        for what, ds in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            for d in ds.values() if isinstance(ds, dict) else [ds]:
-                if d is not None and not offline.is_trajectory_dataset(d):
-                    raise EchoTrlError(f"{what}: EchoSFTTrainer trains on trajectory datasets (prompt + completion)")
-        if args.world_size > 1 and not args.average_tokens_across_devices:
-            raise EchoTrlError(
-                "average_tokens_across_devices=False with several processes averages per-process means (not exact): "
-                "leave it True"
+        args = as_echo_sft_config(args, model)
+        self.sft_weights = SFTWeights.from_args(args)
+        actions = args.action_weight > 0
+        world = args.world_loss_target if args.observation_weight > 0 else None
+        if isinstance(train_dataset, Dataset):  # #32, before TRL's preparation drops the rows without a label
+            require_trainable_tokens(train_dataset, "train_dataset", actions=actions, world_target=world)
+        if isinstance(train_dataset, (Dataset, IterableDataset)):
+            train_dataset, self.reward_filter = filter_by_reward(
+                train_dataset, args.min_reward, args.world_all_episodes
             )
-        train_dataset, self.reward_filter = filter_by_reward(train_dataset, args.min_reward, args.world_all_episodes)
-        logger.info(self.reward_filter.summary())
-        args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}  # rows collated here
-        collator = SFTCollator(None, CollatorSettings(), SFTWeights.from_args(args))
+            logger.info(self.reward_filter.summary())
+        else:  # None or not a dataset: TRL's own error follows
+            _, self.reward_filter = filter_by_reward(None, None)
         super().__init__(
             model,
             args=args,
-            data_collator=collator,
+            data_collator=data_collator,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=processing_class,
+            compute_loss_func=compute_loss_func,
+            compute_metrics=compute_metrics,
             callbacks=callbacks,
             optimizers=optimizers,
+            optimizer_cls_and_kwargs=optimizer_cls_and_kwargs,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
             quantization_config=quantization_config,
             peft_config=peft_config,
+            formatting_func=formatting_func,
         )
-        tokenizer = trl_compat.tokenizer(self)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token  # TRL sets it only for its own collator; padding is masked
-        limit = context_length(self.model)
-        collator.tokenizer = tokenizer
-        collator.settings = CollatorSettings(
-            world_loss_target=args.world_loss_target,
-            max_completion_length=args.max_completion_length,
-            max_length=min(n for n in (args.max_length, limit, 1 << 62) if n is not None),
-            max_world_model_tokens=args.max_world_model_tokens,
+        guard_training(self, actions=actions, world_target=world)  # #32: untrainable batches, non-finite steps
+
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        """TRL 1.16's hook (called by ``__init__`` and ``evaluate``): TRL's preparation, role weights in ``labels``."""
+        return prepare_sft_dataset(
+            trl_compat.sft_prepare_dataset(self),
+            dataset,
+            processing_class,
+            args,
+            packing,
+            formatting_func,
+            dataset_name,
+            tokenizer=trl_compat.tokenizer(self),
+            weights=self.sft_weights,
+            completion_only=self.completion_only_loss,
+            chat_template=self.chat_template,
         )
-        self.train_dataset = offline.with_tokens(self.train_dataset, tokenizer)  # tokenized once, cached
-        self.eval_dataset = offline.with_tokens(self.eval_dataset, tokenizer)
-        offline.check_completion_room(self.train_dataset, args.max_completion_length, "train_dataset")
-        target = args.world_loss_target if args.world_model_coeff > 0 else None  # #32: nothing non-finite, untrainable
-        guard_training(self, actions=args.action_weight > 0, world_target=target)
-
-    def _set_signature_columns_if_needed(self):
-        super()._set_signature_columns_if_needed()
-        trl_compat.add_signature_columns(self, offline.TRAJECTORY_COLUMNS)
-
-    def evaluate(self, eval_dataset=None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"):
-        """``SFTTrainer.evaluate``; trajectories passed here get their cached token columns first."""
-        eval_dataset = offline.with_tokens(eval_dataset, trl_compat.tokenizer(self))
-        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     # ----------------------------------------------------------------------------------------
     # Loss
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device):
-        """The accumulation window's micro-batches, and the divisor of their loss: their weight sum over every
-        process (transformers counts the labels instead, which would ignore the role weights)."""
-        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if not batches:
-            return batches, None
-        total = window_weight_sum(batches).to(device)
+        """The accumulation window's micro-batches, and the divisor of their loss: when any token carries a role
+        weight, the window's weight sum over every process, in place of transformers' token count."""
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if num_items is None or all(split_labels(b.get("labels")) is None for b in batches):
+            return batches, num_items
+        total = sum(batch_weight_sum(b["labels"], self.sft_weights.table) for b in batches).to(device)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
             total = self.accelerator.gather(total).sum()
-        return batches, total
+        total = total / (self.get_tp_size() * self.get_cp_size() * self.get_sp_size())
+        return batches, total.float()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The weighted CE from TRL's fused-LM-head forward (TRL 1.16 adds the head at init): in training divided
-        by the window's weight sum x processes (DDP averages the gradients); in evaluation the micro-batch's mean."""
+        """TRL's loss, or, for a batch whose labels carry role weights, TRL's loss with a weight per token."""
+        split = split_labels(inputs.get("labels"))
+        if split is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs["labels"], classes = split  # in place, as TRL edits inputs: evaluation's metrics see plain labels
+        if self.compute_loss_func is not None:
+            raise EchoTrlError(
+                "compute_loss_func receives TRL's labels only, so the role weights of this batch cannot reach it: "
+                "drop compute_loss_func, or train without tool messages"
+            )
+        if "shift_labels" in inputs:
+            raise EchoTrlError("role weights are not supported with context or sequence parallelism (shift_labels)")
         mode = "train" if self.model.training else "eval"
-        inputs = dict(inputs)
-        extra = {k: inputs.pop(k) for k in EXTRA_COLUMNS}
-        outputs = model(**inputs, use_cache=False, fused_lm_head=True)
-        over_processes = self.args.average_tokens_across_devices and num_items_in_batch is not None
-        loss = weighted_ce(
-            outputs.log_probs,
-            extra[WEIGHTS],
-            divisor=num_items_in_batch,
-            scale=self.accelerator.num_processes if over_processes else 1,
-        )
-        self._log_batch(mode, outputs, extra, loss)
-        return (loss.loss, outputs) if return_outputs else loss.loss
+        weights = class_weights(classes, self.sft_weights.table)
+        inputs["use_cache"] = False
+        if self.aux_loss_enabled:
+            inputs["output_router_logits"] = True
+        logits_inputs = {k: v for k, v in inputs.items() if k != "labels"}
+        smoothing = self.label_smoother is not None and self.args.loss_type == "nll"
+        if smoothing:  # label smoothing needs the full logits; the fused outputs feed the metrics only (as TRL)
+            eps = self.args.label_smoothing_factor
+            result = weighted_label_smoothing(
+                model(**logits_inputs).logits, inputs["labels"], weights, eps, divisor=num_items_in_batch
+            )
+            with torch.no_grad():
+                outputs = model(**inputs, fused_lm_head=True)
+        else:
+            outputs = model(**inputs, fused_lm_head=True)
+            w = align_weights(weights, outputs.log_probs.shape[-1])
+            dft = self.args.loss_type == "dft"
+            result = weighted_nll(outputs.log_probs, w, divisor=num_items_in_batch, dft=dft)
+        loss = result.loss
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())  # DDP averages the gradients
+        if self.aux_loss_enabled and not smoothing:  # as TRL: a per-micro-batch mean, averaged over the window
+            steps = self.current_gradient_accumulation_steps if num_items_in_batch is not None else 1
+            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / steps
+        trl_compat.log_sft_step_metrics(self, outputs, inputs, mode)
+        self._log_roles(mode, outputs.log_probs, classes, result)
+        if return_outputs:
+            warnings.warn(
+                "`return_outputs=True` recomputes the logits with an extra forward pass (as TRL's SFTTrainer)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            with torch.no_grad():
+                outputs = model(**logits_inputs)
+        return (loss, outputs) if return_outputs else loss
 
-    def _log_batch(self, mode: str, outputs, extra, loss) -> None:
-        """Per-role CE (nats/token) and TRL's entropy / token accuracy over the weighted tokens of this micro-batch,
-        summed over processes."""
-        env_nll, env_n = role_nll(outputs.log_probs, extra[WORLD_MASK])
-        act_nll, act_n = role_nll(outputs.log_probs, extra[ACTION_MASK])
-        label = outputs.label_mask
-        local = torch.stack(
-            [
-                env_nll,
-                env_n,
-                act_nll,
-                act_n,
-                loss.weighted_nll,
-                loss.weight_sum,
-                outputs.entropy.detach().float().sum(),
-                outputs.is_top1.float().sum(),
-                label.sum().float(),
-            ]
-        )
+    def _log_roles(self, mode: str, log_probs: torch.Tensor, classes: torch.Tensor, result) -> None:
+        """Per-role CE (nats/token) over this micro-batch's weighted tokens and the weighted CE, summed over
+        processes."""
+        n = log_probs.shape[-1]
+        env = align_weights((classes == OBSERVATION).float(), n)
+        act = align_weights((classes == ACTION).float(), n)
+        env_nll, env_n = role_nll(log_probs, env)
+        act_nll, act_n = role_nll(log_probs, act)
+        local = torch.stack([env_nll, env_n, act_nll, act_n, result.weighted_nll.float(), result.weight_sum.float()])
         s = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").tolist()
         m = trl_compat.metrics(self, mode)
         if s[1]:
@@ -179,8 +203,6 @@ class EchoSFTTrainer(SFTTrainer):
         m["sft/weighted_ce"].append(s[4] / s[5] if s[5] else 0.0)
         m["sft/tokens_env"].append(s[1])
         m["sft/tokens_action"].append(s[3])
-        m["entropy"].append(s[6] / s[8] if s[8] else 0.0)
-        m["mean_token_accuracy"].append(s[7] / s[8] if s[8] else 0.0)
 
     # ----------------------------------------------------------------------------------------
     # Model card

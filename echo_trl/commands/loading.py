@@ -90,7 +90,9 @@ def check_model_dir(name_or_path: str, what: str) -> None:
         raise EchoTrlError(f"{what} {name_or_path}: is a file, not a model directory or Hub id")
 
 
-def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dataset") -> datasets.Dataset:
+def load_dataset_named(
+    name_or_path: str, split: str = "train", what: str = "dataset", *, any_schema: bool = False
+) -> datasets.Dataset:
     """:func:`~echo_trl.data.store.load_echo_dataset` after :func:`locate`, library errors as one line.
 
     A local dataset that does not load (a truncated Arrow file, a damaged ``dataset_info.json``) is named with
@@ -100,7 +102,7 @@ def load_dataset_named(name_or_path: str, split: str = "train", what: str = "dat
     if where == "local":
         check_not_model_dir(name_or_path, what)
     try:
-        return load_echo_dataset(name_or_path, split=split)
+        return load_echo_dataset(name_or_path, split=split, any_schema=any_schema)
     except EchoTrlError:
         raise
     except (OSError, ConnectionError) as exc:  # FileNotFoundError, DatasetNotFoundError, offline cache misses

@@ -1,7 +1,7 @@
-"""``echo-trl sft``: the SFT stage before ECHO-GRPO, with observation supervision, the TRL way.
+"""``echo-trl sft``: TRL's SFT with observation supervision, the stage before ECHO-GRPO, the TRL way.
 
     echo-trl sft --model_name_or_path Qwen/Qwen3-0.6B --dataset_name DATASET --output_dir OUT \
-        [--config recipe.yaml] [--world_model_coeff 1.0] [--min_reward 1.0 [--world_all_episodes]] [--use_peft] ...
+        [--config recipe.yaml] [--observation_weight 1.0] [--min_reward 1.0 [--world_all_episodes]] [--use_peft] ...
 
     echo-trl sft --compare [--output_dir DIR] ...   # the two-stage comparison on the bundled episodes
 
@@ -24,24 +24,28 @@ from .training_run import (
 )
 
 DESCRIPTION = """\
-Supervised fine-tuning on recorded agent trajectories that also supervises the environment's
-output tokens (observation supervision, as in ActObs), the stage before `echo-trl train`
-(EchoSFTTrainer, a TRL SFTTrainer). Per-token cross-entropy weighted by role:
+TRL's supervised fine-tuning (EchoSFTTrainer, a drop-in SFTTrainer) that also supervises the
+environment's output tokens (observation supervision, as in ActObs): the stage before
+`echo-trl train`. In a conversation with tool messages, tokens are weighted by role:
 
     loss = sum_t w_t * CE_t / sum_t w_t
-    w_t  = action_weight (agent tokens), world_model_coeff (env_output tokens), 0 (context, warnings)
+    w_t  = observation_weight (tool-message content), action_weight x TRL's mask (assistant tokens),
+           TRL's mask elsewhere (0 / 1; harness warnings 0)
 
-world_model_coeff 0 is TRL's SFT on the action tokens alone; 1 (default) supervises observations
-exactly as actions. The divisor is the weight sum over the whole accumulation window and every
-process, so gradient accumulation and multi-process runs are exact.
+observation_weight 0 is action-only SFT; 1 (default) supervises observations like any other
+trained token (with --assistant_only_loss: the assistant's turns and the observations). A dataset
+without tool messages trains exactly as with TRL's SFTTrainer. The divisor is the weight sum over
+the whole accumulation window and every process (exact under gradient accumulation and DDP).
 
---dataset_name is a trajectory dataset (a directory written by `echo-trl build-dataset`, or a Hub
-dataset id with that schema), tokenized once per tokenizer with the same cache and role masks as
-`echo-trl train`. --min_reward R trains the action tokens only of episodes with reward >= R (AWM:
-1.0 = completed; default: every episode); --world_all_episodes keeps the others for the observation
-term. Every EchoSFTConfig (TRL SFTConfig + ECHO), ModelConfig (--use_peft, --lora_r, ...) and script
-flag below is accepted, on the command line or in --config YAML. The run ends with save_state() and
-save_model() in --output_dir; the model card names the stage and its role weights. Then run
+--dataset_name is any dataset TRL's SFTTrainer takes (a directory or Hub id: `messages`, `text`,
+prompt-completion, pre-tokenized; tool-use conversations get the role weights), or an ECHO
+trajectory dataset written by `echo-trl build-dataset` (tokenized once per tokenizer, with the
+token cache and role masks of `echo-trl train`). --min_reward R trains only rows whose `reward` is
+>= R (AWM: 1.0 = completed; default: every row); --world_all_episodes keeps the others for their
+observations. Every EchoSFTConfig (TRL SFTConfig + ECHO: packing, assistant_only_loss, loss_type,
+max_length, ...), ModelConfig (--use_peft, --lora_r, ...) and script flag below is accepted, on the
+command line or in --config YAML. The run ends with save_state() and save_model() in --output_dir;
+the model card names the stage and its role weights. Then run
 `echo-trl train --model_name_or_path OUTPUT_DIR ...` for ECHO-GRPO from it.
 
 `echo-trl sft --compare` runs the two-stage comparison on the bundled episodes instead (action-only
@@ -93,7 +97,7 @@ def main(argv: list[str]) -> int:
 def run_sft(script_args: EchoScriptArguments, training_args, model_args) -> int:
     from ..sft_trainer import EchoSFTTrainer
 
-    inputs = load_run_inputs(script_args, training_args, model_args, "sft")
+    inputs = load_run_inputs(script_args, training_args, model_args, "sft", any_schema=True)
     trainer = build_trainer(EchoSFTTrainer, inputs, training_args, model_args)
     trainer.accelerator.print(trainer.reward_filter.summary(script_args.dataset_name))
     train_and_save(trainer, inputs.checkpoint, training_args.output_dir)

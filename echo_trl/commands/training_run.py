@@ -114,9 +114,12 @@ class RunInputs:
     checkpoint: str | None
 
 
-def load_run_inputs(script_args: EchoScriptArguments, training_args, model_args, command: str) -> RunInputs:
+def load_run_inputs(
+    script_args: EchoScriptArguments, training_args, model_args, command: str, *, any_schema: bool = False
+) -> RunInputs:
     """Every name checked (model, datasets, output directory, checkpoint) before anything slow is loaded, then
-    the datasets; ``training_args.model_init_kwargs`` filled from ``model_args`` as TRL's scripts do."""
+    the datasets; ``training_args.model_init_kwargs`` filled from ``model_args`` as TRL's scripts do.
+    ``any_schema``: datasets need not be ECHO trajectory datasets (``echo-trl sft`` takes any SFT dataset)."""
     from ..data.hub import locate
     from ..data.store import saved_dataset_kind
     from ..io.outputs import check_output_dir
@@ -141,18 +144,20 @@ def load_run_inputs(script_args: EchoScriptArguments, training_args, model_args,
     check_model_dir(model_args.model_name_or_path, "--model_name_or_path")  # a local one holds a model
     check_output_dir(training_args.output_dir, flag="--output_dir")  # a file or read-only: before the work
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-    train_dataset = load_split(script_args.dataset_name, script_args.dataset_train_split)
+    train_dataset = load_split(script_args.dataset_name, script_args.dataset_train_split, any_schema=any_schema)
     eval_dataset = None
     if evaluating:
         if script_args.eval_dataset_name:
-            eval_dataset = load_split(script_args.eval_dataset_name, script_args.dataset_test_split)
+            eval_dataset = load_split(
+                script_args.eval_dataset_name, script_args.dataset_test_split, any_schema=any_schema
+            )
         elif saved_dataset_kind(script_args.dataset_name) == "dataset":
             raise EchoTrlError(
                 f"{script_args.dataset_name} is a single-split dataset directory: pass the held-out "
                 "trajectories with --eval_dataset_name DIR"
             )
         else:
-            eval_dataset = load_split(script_args.dataset_name, script_args.dataset_test_split)
+            eval_dataset = load_split(script_args.dataset_name, script_args.dataset_test_split, any_schema=any_schema)
     model_init_kwargs = dict(
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
@@ -179,12 +184,12 @@ def build_trainer(trainer_class, inputs: RunInputs, training_args, model_args):
     )
 
 
-def load_split(name: str, split: str):
-    """One split of a trajectory dataset, a missing split as one line."""
+def load_split(name: str, split: str, *, any_schema: bool = False):
+    """One split of a trajectory dataset (any dataset with ``any_schema``), a missing split as one line."""
     from .loading import load_dataset_named
 
     try:
-        return load_dataset_named(name, split=split)
+        return load_dataset_named(name, split=split, any_schema=any_schema)
     except (KeyError, ValueError) as exc:
         if "split" in str(exc).lower() or isinstance(exc, KeyError):
             raise EchoTrlError(f"{name}: no split {split!r} ({exc})") from None

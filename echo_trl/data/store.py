@@ -153,8 +153,9 @@ def damaged_dataset_message(what: str, name: str | Path, exc: BaseException) -> 
     return f"cannot load {what} {name}: {type(exc).__name__}: {first}"
 
 
-def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> datasets.Dataset:
-    """Load a trajectory dataset: a ``save_to_disk`` directory, local data files, or a Hub id."""
+def load_echo_dataset(name_or_path: str | Path, split: str = "train", *, any_schema: bool = False) -> datasets.Dataset:
+    """Load a trajectory dataset: a ``save_to_disk`` directory, local data files, or a Hub id. ``any_schema``: a
+    dataset without the ECHO trajectory columns is returned as it is (``echo-trl sft`` takes any SFT dataset)."""
     if saved_dataset_kind(name_or_path):
         ds = datasets.load_from_disk(str(Path(name_or_path)))
         if isinstance(ds, datasets.DatasetDict):
@@ -162,6 +163,8 @@ def load_echo_dataset(name_or_path: str | Path, split: str = "train") -> dataset
         ds = with_content_fingerprint(ds)  # derived caches (the cast below, tokens) keyed on the Arrow data
     else:
         ds = datasets.load_dataset(str(name_or_path), split=split)
+    if any_schema and not set(REQUIRED_COLUMNS) <= set(ds.column_names):
+        return ds
     return validate_dataset(ds, str(name_or_path))
 
 

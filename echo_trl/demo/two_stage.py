@@ -10,58 +10,88 @@ The simplifications a CPU comparison makes (so it runs in minutes on 2 cores):
   start for both arms; tool schemas reduced to their names (:func:`echo_trl.demo.run.names_only_tools`);
 * the bundled AWM episodes of ``data/episodes``, split by task with ``splits.json`` (held-out tasks never trained);
 * SFT on the successful train episodes (``--min_reward``, default 1.0), the two arms differing only in
-  ``world_model_coeff`` (0: action-only; ``--actobs_coeff``, default 1: observations supervised like actions);
-  ``--world_all_episodes`` also gives the ActObs arm the observations of the other train episodes;
+  ``observation_weight`` (0: action-only; ``--observation_weight``, default 1: observations supervised like
+  actions); ``--world_all_episodes`` also gives the ActObs arm the observations of the other train episodes;
 * ECHO-GRPO offline on every train episode (recorded rewards), the same lambda, steps and seed for both arms;
 * everything seeded (``--seed``): the same command prints the same table.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import EchoTrlError
 from .run import REPO_DATA, names_only_tools, split_by_task
 from .tiny import tiny_model_for
-from .warmup import add_warmup_arguments
+from .warmup import WARMUP_LEARNING_RATE, WARMUP_STEPS, warmup_steps_help
 
 #: The arms: (label, output subdirectory of the SFT stage).
 ARMS = (("action-only SFT", "sft_action_only"), ("ActObs SFT", "sft_actobs"))
 
+PROG = "echo-trl sft --compare"
+DESCRIPTION = (
+    "SFT then ECHO on the bundled AWM episodes: action-only SFT vs observation-supervised (ActObs) SFT, then "
+    "ECHO-GRPO from each; prints held-out env CE and action CE after every stage."
+)
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m echo_trl.demo.two_stage",
-        allow_abbrev=False,
-        description="SFT then ECHO on the bundled AWM episodes: action-only SFT vs observation-supervised "
-        "(ActObs) SFT, then ECHO-GRPO from each; prints held-out env CE and action CE after every stage.",
+
+@dataclass
+class TwoStageArguments:
+    """The options of the two-stage comparison (``echo-trl sft --compare``, ``python -m echo_trl.demo.two_stage``).
+
+    ``observation_weight`` is the ActObs arm's ``EchoSFTConfig.observation_weight`` (the action-only arm's is 0);
+    ``world_model_coeff`` is ECHO-GRPO's lambda, as in ``EchoGRPOConfig``.
+    """
+
+    output_dir: str = field(default="outputs/two-stage", metadata={"help": "models and metrics.json go here"})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "replace a previous run's outputs"})
+    data_dir: str | None = field(default=None, metadata={"help": f"AWM episode files/dirs (default: {REPO_DATA})"})
+    sft_steps: int = field(default=30, metadata={"help": "optimizer steps of each SFT run"})
+    grpo_steps: int = field(default=12, metadata={"help": "optimizer steps of each ECHO-GRPO run"})
+    sft_learning_rate: float = field(default=2e-3, metadata={"help": "learning rate of the SFT runs"})
+    grpo_learning_rate: float = field(default=1e-3, metadata={"help": "learning rate of the ECHO-GRPO runs"})
+    batch_size: int = field(default=4, metadata={"help": "trajectories per optimizer step (both stages)"})
+    min_reward: float = field(default=1.0, metadata={"help": "SFT trains the actions of episodes >= this"})
+    observation_weight: float = field(
+        default=1.0, metadata={"help": "observation_weight of the ActObs SFT arm (the action-only arm's is 0)"}
     )
-    p.add_argument("--output_dir", default="outputs/two-stage", help="models and metrics.json go here")
-    p.add_argument("--overwrite_output_dir", action="store_true", help="replace a previous run's outputs")
-    p.add_argument("--data_dir", default=None, help=f"AWM episode files/dirs (default: {REPO_DATA})")
-    p.add_argument("--sft_steps", type=int, default=30, help="optimizer steps of each SFT run")
-    p.add_argument("--grpo_steps", type=int, default=12, help="optimizer steps of each ECHO-GRPO run")
-    p.add_argument("--sft_learning_rate", type=float, default=2e-3)
-    p.add_argument("--grpo_learning_rate", type=float, default=1e-3)
-    p.add_argument("--batch_size", type=int, default=4, help="trajectories per optimizer step (both stages)")
-    p.add_argument("--min_reward", type=float, default=1.0, help="SFT trains the actions of episodes >= this")
-    p.add_argument("--actobs_coeff", type=float, default=1.0, help="world_model_coeff of the ActObs SFT arm")
-    p.add_argument(
-        "--world_all_episodes",
-        action="store_true",
-        help="the ActObs arm also trains on the observations of the train episodes below --min_reward",
+    world_all_episodes: bool = field(
+        default=False,
+        metadata={"help": "the ActObs arm also trains on the observations of the train episodes below --min_reward"},
     )
-    p.add_argument("--world_model_coeff", type=float, default=0.05, help="lambda of the ECHO-GRPO stage")
-    p.add_argument("--max_completion_length", type=int, default=1024, help="completion tokens kept per trajectory")
-    p.add_argument("--model_cache_dir", default=None, help="where the tiny model is built once (default: cache)")
-    add_warmup_arguments(p, before="both arms")
-    p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    world_model_coeff: float = field(default=0.05, metadata={"help": "lambda of the ECHO-GRPO stage"})
+    max_completion_length: int = field(default=1024, metadata={"help": "completion tokens kept per trajectory"})
+    model_cache_dir: str | None = field(
+        default=None, metadata={"help": "where the tiny model is built once (default: cache)"}
+    )
+    warmup_steps: int = field(default=WARMUP_STEPS, metadata={"help": warmup_steps_help("both arms")})
+    warmup_learning_rate: float = field(default=WARMUP_LEARNING_RATE, metadata={"help": "warm-up learning rate"})
+    seed: int = field(default=0, metadata={"help": "seed of every stage"})
+
+    def __post_init__(self):
+        from ..command_line import non_negative_number, positive_int, positive_number
+
+        for name in ("sft_steps", "grpo_steps", "batch_size", "max_completion_length"):
+            positive_int(name, getattr(self, name))
+        for name in ("sft_learning_rate", "grpo_learning_rate", "warmup_learning_rate"):
+            positive_number(name, getattr(self, name))
+        non_negative_number("observation_weight", self.observation_weight)
+        non_negative_number("world_model_coeff", self.world_model_coeff)
+        non_negative_number("warmup_steps", self.warmup_steps)
+
+
+def parse_args(argv: list[str]) -> TwoStageArguments:
+    from ..command_line import command_parser, parse_command
+
+    parser = command_parser(PROG, (TwoStageArguments,), description=DESCRIPTION)
+    (args,) = parse_command(parser, argv)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +118,7 @@ def _config_common(args, out: Path, steps: int, lr: float) -> dict[str, Any]:
     )
 
 
-def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> dict[str, Any]:
+def _sft(start: Path, train, weight: float, world_all: bool, args, out: Path) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback
@@ -100,7 +130,8 @@ def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> 
     torch.manual_seed(args.seed)
     config = EchoSFTConfig(
         **_config_common(args, out, args.sft_steps, args.sft_learning_rate),
-        world_model_coeff=coeff,
+        max_length=None,  # whole trajectories (max_completion_length cuts them at message ends)
+        observation_weight=weight,
         min_reward=args.min_reward,
         world_all_episodes=world_all,
     )
@@ -111,7 +142,7 @@ def _sft(start: Path, train, coeff: float, world_all: bool, args, out: Path) -> 
         processing_class=AutoTokenizer.from_pretrained(start),
     )
     trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(training_progress(f"SFT lambda={coeff:g}"))
+    trainer.add_callback(training_progress(f"SFT observation_weight={weight:g}"))
     trainer.train()
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
@@ -174,7 +205,7 @@ def _episodes(args):
     return train, held, label
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: TwoStageArguments) -> int:
     from ..data.cache_dir import cache_home
     from ..progress import quiet_libraries
     from .warmup import WarmupSettings, warm_up_tiny_model
@@ -203,11 +234,11 @@ def run(args: argparse.Namespace) -> int:
     )
     rows: list[tuple[str, dict[str, Any]]] = [("start (warmed-up tiny model)", _held_out(start, held, args))]
     episodes = {}
-    for (label, name), coeff in zip(ARMS, (0.0, args.actobs_coeff), strict=True):
-        log(f"{label} (world_model_coeff={coeff:g}), {args.sft_steps} steps ...")
-        world_all = args.world_all_episodes and coeff > 0
-        episodes[label] = _sft(start, train, coeff, world_all, args, out / name)["episodes"]
-        rows.append((f"{label} (world_model_coeff={coeff:g})", _held_out(out / name, held, args)))
+    for (label, name), weight in zip(ARMS, (0.0, args.observation_weight), strict=True):
+        log(f"{label} (observation_weight={weight:g}), {args.sft_steps} steps ...")
+        world_all = args.world_all_episodes and weight > 0
+        episodes[label] = _sft(start, train, weight, world_all, args, out / name)["episodes"]
+        rows.append((f"{label} (observation_weight={weight:g})", _held_out(out / name, held, args)))
     for label, name in ARMS:
         log(f"ECHO-GRPO from {label}, {args.grpo_steps} steps ...")
         _grpo(out / name, train, args, out / f"{name}_echo")
@@ -220,7 +251,9 @@ def run(args: argparse.Namespace) -> int:
         "train_episodes": len(train),
         "heldout_episodes": len(held),
         "sft_episodes": episodes,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("output_dir", "overwrite_output_dir")},
+        "settings": {
+            k: v for k, v in dataclasses.asdict(args).items() if k not in ("output_dir", "overwrite_output_dir")
+        },
         "stages": {label: r for label, r in rows},
         "wall_seconds": round(time.time() - t0, 1),
     }

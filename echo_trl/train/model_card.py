@@ -190,9 +190,9 @@ def sft_card_section(args, log_history: list[dict[str, Any]], reward_filter: str
     """Markdown: the stage (SFT with observation supervision), its role weights, episode filter and final metrics."""
     rows = [
         ("stage", "SFT (`EchoSFTTrainer`), before ECHO-GRPO"),
-        ("action tokens (`action_weight`)", f"{args.action_weight:g}"),
-        ("env-output tokens (`world_model_coeff`)", f"{args.world_model_coeff:g}"),
-        ("context and warning tokens", "0"),
+        ("tool-message content tokens (`observation_weight`)", f"{args.observation_weight:g}"),
+        ("assistant tokens TRL trains (`action_weight`)", f"{args.action_weight:g}"),
+        ("other tokens", "TRL's mask (harness warnings: 0)"),
         ("target tokens (`world_loss_target`)", args.world_loss_target),
         ("normalization", "sum of weighted CE / sum of weights (over the accumulation window and processes)"),
         ("episodes (`min_reward`)", "all" if args.min_reward is None else f"reward >= {args.min_reward:g}"),
@@ -202,9 +202,9 @@ def sft_card_section(args, log_history: list[dict[str, Any]], reward_filter: str
     lines = [
         SFT_SECTION_MARKER,
         "",
-        "Supervised fine-tuning with echo_trl's `EchoSFTTrainer` on recorded agent trajectories: cross-entropy on the "
-        "agent's action tokens and, weighted by `world_model_coeff`, on the environment's output tokens "
-        "(observation supervision), divided by the weight sum:",
+        "Supervised fine-tuning with echo_trl's `EchoSFTTrainer` (TRL's `SFTTrainer` with role weights): "
+        "cross-entropy on the agent's tokens and, weighted by `observation_weight`, on the environment's output "
+        "tokens (observation supervision), divided by the weight sum:",
         "",
         "    L = sum_t w_t CE_t / sum_t w_t",
         "",

@@ -43,9 +43,11 @@ def require_trainable_tokens(dataset, name: str, *, actions: bool, world_target:
     ``world_loss_target`` whose tokens train (``None`` when the world term is off). Datasets without the message
     columns (prompts, online) pass; so do streaming ones (their rows are checked per batch).
     """
-    columns = [c for c in ("completion", "warnings") if c in getattr(dataset, "column_names", None) or ()]
+    columns = [c for c in ("completion", "warnings") if c in (getattr(dataset, "column_names", None) or ())]
     if "completion" not in columns or not hasattr(dataset, "select_columns") or not len(dataset):
         return
+    if not pa.types.is_list(dataset.features.arrow_schema.field("completion").type):
+        return  # a text completion (TRL's standard prompt-completion): no messages, no roles to check
     if world_target != "all":
         columns = ["completion"]
     world = {

@@ -331,3 +331,37 @@ def load_generation_buffer(trainer, checkpoint: str | None) -> None:
     saved = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
     if saved.get("num_processes") == trainer.accelerator.num_processes:
         trainer._step, trainer._buffered_inputs = saved["step"], saved["buffered_inputs"]
+
+
+# --------------------------------------------------------------------------------------------
+# SFTTrainer (TRL 1.16)
+
+
+def sft_prepare_dataset(trainer):
+    """TRL's own ``SFTTrainer._prepare_dataset`` of ``trainer`` (the subclass overrides it to add role weights):
+    ``(dataset, processing_class, args, packing, formatting_func, dataset_name) -> dataset``."""
+    from trl import SFTTrainer
+
+    return SFTTrainer._prepare_dataset.__get__(trainer)
+
+
+def log_sft_step_metrics(trainer, outputs, inputs: dict[str, Any], mode: str) -> None:
+    """The metrics TRL 1.16's ``SFTTrainer.compute_loss`` logs after its loss, for a loss computed elsewhere:
+    entropy and token accuracy over the scored tokens, ``num_tokens`` (the tokens seen in training) and the MoE
+    ``aux_loss``; the same gathers and the same ``_total_train_tokens`` / ``_tp_size`` bookkeeping."""
+    acc, m = trainer.accelerator, trainer._metrics[mode]
+    num_valid = acc.gather_for_metrics(outputs.label_mask.sum()).sum()
+    entropy_sum = acc.gather_for_metrics(outputs.entropy.detach().sum()).sum()
+    num_correct = acc.gather_for_metrics(outputs.is_top1.sum()).sum()
+    m["entropy"].append((entropy_sum / num_valid).item() if num_valid > 0 else 0.0)
+    m["mean_token_accuracy"].append((num_correct / num_valid).item() if num_valid > 0 else 0.0)
+    if mode == "train":
+        if "attention_mask" in inputs:
+            seen = acc.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
+        else:  # padding-free: one flattened row
+            local = torch.tensor(inputs["position_ids"].size(1), device=inputs["position_ids"].device)
+            seen = acc.gather_for_metrics(local).sum().item()
+        trainer._total_train_tokens += seen // trainer._tp_size
+    m["num_tokens"] = [trainer._total_train_tokens]
+    if trainer.aux_loss_enabled:
+        m["aux_loss"].append(acc.gather_for_metrics(outputs.aux_loss).mean().item())

@@ -1,4 +1,5 @@
-"""`echo-trl sft`: TRL-style flags / YAML / PEFT like `echo-trl train`, reward filtering, the model card."""
+"""`echo-trl sft`: TRL-style flags / YAML / PEFT like `echo-trl train`, reward filtering, the model card, and a
+Hub-shaped tool-use `messages` dataset trained with observation supervision in one command."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_help_explains_the_weights_and_the_filter(capsys):
     flag = lambda name: text.index(f"\n  --{name} ")  # noqa: E731 (a flag's own line, not a mention)
     assert flag("action_weight") < flag("learning_rate") < text.index("`echo-trl sft --help-all`.")
     for needle in (
-        "--world_model_coeff",
+        "--observation_weight",
         "--action_weight",
         "--min_reward",
         "--world_all_episodes",
@@ -81,7 +82,7 @@ def test_help_explains_the_weights_and_the_filter(capsys):
 def test_run_with_yaml_saves_state_model_and_a_card_naming_the_stage_and_weights(assets, tmp_path, capsys):
     root, model, rewards = assets
     yaml = tmp_path / "recipe.yaml"
-    yaml.write_text("world_model_coeff: 0.5\naction_weight: 2.0\nlearning_rate: 0.001\nlogging_steps: 1\n")
+    yaml.write_text("observation_weight: 0.5\naction_weight: 2.0\nlearning_rate: 0.001\nlogging_steps: 1\n")
     out = tmp_path / "run"
     rc = cli_main(
         _flags(
@@ -108,8 +109,8 @@ def test_run_with_yaml_saves_state_model_and_a_card_naming_the_stage_and_weights
     card = (out / "README.md").read_text()
     assert "## ECHO SFT stage" in card and "| stage | SFT (`EchoSFTTrainer`), before ECHO-GRPO |" in card
     assert (
-        "| action tokens (`action_weight`) | 2 |" in card
-        and "| env-output tokens (`world_model_coeff`) | 0.5 |" in card
+        "| assistant tokens TRL trains (`action_weight`) | 2 |" in card
+        and "| tool-message content tokens (`observation_weight`) | 0.5 |" in card
     )
     printed = capsys.readouterr().out
     assert f"all {len(rewards)} episodes trained" in printed and "held-out CE" in printed
@@ -142,7 +143,7 @@ def test_use_peft_saves_an_adapter(assets, tmp_path):
     ("extra", "needle"),
     [
         (["--min_reward", "5"], "no episode has reward >= 5"),
-        (["--packing", "true"], "packing / padding_free are not supported"),
+        (["--observation_weight", "-1"], "observation_weight must be a finite number >= 0"),
         (["--world_all_episodes", "true"], "world_all_episodes needs min_reward"),
         (["--max_step", "3"], "unrecognized arguments: --max_step 3"),
     ],
@@ -163,5 +164,32 @@ def test_compare_has_its_own_help(capsys):
         cli_main(["sft", "--compare", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for needle in ("--sft_steps", "--grpo_steps", "--min_reward", "--actobs_coeff", "--world_all_episodes", "--seed"):
+    for needle in ("--sft_steps", "--grpo_steps", "--min_reward", "--observation_weight", "--world_all_episodes"):
         assert needle in text, needle
+    assert "--actobs_coeff" not in text and "lambda of the ECHO-GRPO stage" in text
+
+
+def test_compare_refuses_a_bad_value_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sft", "--compare", "--sft_steps", "0"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--sft_steps" in err and err.count("\n") == 1
+
+
+def test_a_hub_shaped_tool_use_messages_dataset_trains_with_observation_supervision(assets, tmp_path, capsys):
+    """One command on a local `messages` dataset with tool calls (the shape of a Hub tool-calling dataset): the
+    tool outputs are trained (sft/tokens_env), and the same data at observation_weight 0 trains none of them."""
+    from helpers.sft import tool_messages
+
+    _, model, _ = assets
+    data = tmp_path / "toolcalls"
+    tool_messages(4).save_to_disk(str(data))
+    runs = {}
+    for weight in ("1", "0"):
+        out = tmp_path / f"w{weight}"
+        flags = _flags(tmp_path, model, out, "--observation_weight", weight, "--assistant_only_loss", "true")
+        flags[flags.index("--dataset_name") + 1] = str(data)
+        assert cli_main(flags) == 0, capsys.readouterr().err
+        runs[weight] = json.loads((out / "trainer_state.json").read_text())["log_history"][0]
+    assert runs["1"]["sft/tokens_env"] > 0 and runs["1"]["sft/ce_env"] > 0
+    assert runs["0"].get("sft/tokens_env", 0) == 0 and "sft/ce_action" in runs["0"]

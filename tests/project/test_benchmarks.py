@@ -266,3 +266,15 @@ def test_online_step(capsys):
     assert shared["packing_ratio"] > 1.5 > unshared["packing_ratio"]  # two rows sharing a ~3.4k-token prompt
     assert shared["loss_gap_vs_unshared"] < 1e-5
     assert positive_finite(out["G2_step_ratio"]) and positive_finite(out["G2_cpu_step_ratio"])
+
+
+def test_sft_step(capsys):
+    import sft_step
+
+    out = sft_step.main(
+        ["--quick", "--json", "--repeats", "1", "--hidden_size", "32", "--num_layers", "1", "--max_length", "256"]
+    )
+    assert last_json_line(capsys)["benchmark"] == "sft_step"
+    assert positive_finite(out["time_ratio"]) and memory_ratio_ok(out["memory_ratio"])
+    assert set(out["median_step_seconds"]) == {"EchoSFTTrainer", "SFTTrainer"}
+    assert out["rows_with_role_weights"] != "0/8"  # the timed Echo steps do carry role weights

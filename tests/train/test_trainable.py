@@ -84,20 +84,19 @@ def test_a_batch_without_a_trainable_token_is_a_warning_naming_its_rows(tmp_path
 
 
 def test_an_sft_batch_without_a_trainable_token_is_a_warning(tmp_path, caplog):
+    """TRL's preparation drops the rows without a trained label (a tool-only completion still trains the template
+    tokens around its tool message, as SFTTrainer does), so the warning is for a batch whose labels TRL's collator
+    leaves all -100: the EchoSFTTrainer's collator says so."""
     rows = [untrainable(i) for i in range(2)] + [trajectory(i, 1.0, f"g{i}") for i in range(2, 4)]
-    args = EchoSFTConfig(
-        str(tmp_path / "sft"),
-        use_cpu=True,
-        report_to="none",
-        max_steps=2,
-        per_device_train_batch_size=2,
-        train_sampling_strategy="sequential",  # the dataset order: the first batch is the two untrainable rows
-    )
+    args = EchoSFTConfig(str(tmp_path / "sft"), use_cpu=True, report_to="none", max_steps=2)
     trainer = EchoSFTTrainer(
         tiny_model(), args=args, train_dataset=trajectories_to_dataset(rows), processing_class=tiny_tokenizer("qwen3")
     )
+    prepared = [dict(r) for r in trainer.train_dataset.select_columns(["input_ids", "labels"])]
+    trainer.model.train()
     with caplog.at_level(logging.WARNING, logger="echo_trl"):
-        trainer.train()
+        trainer.data_collator(prepared[:2])
+        trainer.data_collator([{**r, "labels": [-100] * len(r["labels"])} for r in prepared[:2]])
     warned = [r.getMessage() for r in caplog.records if "no trainable token" in r.getMessage()]
     assert warned == ["step 1: no trainable token in this batch of 2 rows (every label is -100)"]
 

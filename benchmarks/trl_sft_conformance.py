@@ -1,0 +1,189 @@
+"""Run TRL's own SFT test file, offline, against TRL's ``SFTTrainer`` and against ``EchoSFTTrainer``.
+
+    python benchmarks/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR] [CLASS::TEST ...]
+
+The file (``tests/fixtures/trl_sft/trl_test_sft_trainer.py``, TRL main, source and commit in ``SOURCE.md``) is
+copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest once per
+trainer, the working directory holding the local stand-ins of the ``trl-internal-testing`` models and datasets
+(``benchmarks/trl_sft_standins.py``, built on the first run). The trainer is the test module's
+``SFTTrainer``: its ``from trl import ... SFTTrainer`` line is pointed at a module that gives
+
+* ``trl``: TRL's ``SFTTrainer`` as installed;
+* ``echo``: ``EchoSFTTrainer`` at its default weights (observation and action weight 1);
+* ``echo0``: ``EchoSFTTrainer`` at ``observation_weight=0``.
+
+That import line is the one change to TRL's file; pytest-datadir's ``lazy_shared_datadir`` fixture is given by the
+package's ``conftest.py``. The file is written against TRL main: the few private names it imports that the
+installed TRL lacks get stand-ins that raise when used, so the tests needing them fail for every trainer alike.
+Prints the pass count per trainer and every test that passes with ``trl`` but not with an Echo setting (exit code 1
+when there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parent / "tests" / "fixtures" / "trl_sft"
+sys.path.insert(0, str(HERE))
+
+from trl_sft_standins import ORG, build  # noqa: E402
+
+#: File here -> name in TRL's tests package.
+FILES = {
+    "trl_test_sft_trainer.py": "test_sft_trainer.py",
+    "testing_utils.py": "testing_utils.py",
+    "conftest_trl.py": "conftest.py",
+}
+
+CONFTEST = '''
+
+# ---- added by echo_trl's benchmarks/trl_sft_conformance.py -------------------------------------------------------
+import shutil as _shutil
+from pathlib import Path as _Path
+
+import pytest as _pytest
+import trl as _trl
+import trl.import_utils as _iu
+import trl.trainer.sft_trainer as _sft
+
+
+def _absent(name):
+    def raise_absent(*args, **kwargs):
+        raise NotImplementedError(f"{name} is not in TRL {_trl.__version__}")
+
+    return raise_absent
+
+
+for _name in ("_chunked_cross_entropy_loss", "_patch_chunked_ce_lm_head", "dft_loss"):
+    if not hasattr(_sft, _name):
+        setattr(_sft, _name, _absent(_name))
+for _name in ("is_joblib_available",):
+    if not hasattr(_iu, _name):
+        setattr(_iu, _name, lambda: False)
+
+
+
+@_pytest.fixture
+def lazy_shared_datadir(tmp_path):
+    """pytest-datadir's fixture, which TRL's test run has: a copy of ``tests/data``."""
+    target = tmp_path / "data"
+    _shutil.copytree(_Path(__file__).parent / "data", target)
+    return target
+'''
+
+
+#: The test module's ``SFTTrainer``: its import line (``from trl import SFTConfig, SFTTrainer``) is pointed here.
+SWAP = '''"""The trainer the run tests, under TRL's name (``ECHO_TRL_CONFORMANCE``: trl, echo or echo0)."""
+
+import os
+
+from trl import SFTTrainer
+
+if os.environ["ECHO_TRL_CONFORMANCE"] != "trl":
+    from echo_trl import EchoSFTTrainer
+    from echo_trl.sft_config import as_echo_sft_config
+
+    class SFTTrainer(EchoSFTTrainer):  # noqa: F811
+        """EchoSFTTrainer at the weights this run tests."""
+
+        def __init__(self, model, args=None, *rest, **kwargs):
+            args = as_echo_sft_config(args, model)
+            if os.environ["ECHO_TRL_CONFORMANCE"] == "echo0":
+                args.observation_weight = 0.0
+            super().__init__(model, args, *rest, **kwargs)
+'''
+IMPORT = "from trl import SFTConfig, SFTTrainer\n"
+
+
+def stage(tmp: Path, standins: Path) -> Path:
+    """The temporary package: TRL's test file and helpers under their TRL names, the stand-ins beside it."""
+    pkg = tmp / "tests"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for here, there in FILES.items():
+        shutil.copy(FIXTURES / here, pkg / there)
+    shutil.copy(FIXTURES / "template.jinja", pkg / "data" / "template.jinja")
+    with (pkg / "conftest.py").open("a") as f:
+        f.write(CONFTEST)
+    (pkg / "echo_swap.py").write_text(SWAP)
+    test = (pkg / "test_sft_trainer.py").read_text()
+    if IMPORT not in test:
+        raise SystemExit(f"the test file no longer imports the trainer as {IMPORT.strip()!r}: update the runner")
+    (pkg / "test_sft_trainer.py").write_text(
+        test.replace(IMPORT, "from trl import SFTConfig\n\nfrom .echo_swap import SFTTrainer\n")
+    )
+    (tmp / ORG).symlink_to(standins / ORG)
+    return pkg
+
+
+def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, tests: list[str]) -> dict[str, str]:
+    """Outcome per test id (passed / failed / skipped) of one pytest run."""
+    report = tmp / f"{mode}.xml"
+    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in tests] or [str(pkg)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *targets]
+    cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={timeout}", "-W", "ignore"]
+    if keyword:
+        cmd += ["-k", keyword]
+    env = {
+        **os.environ,
+        "ECHO_TRL_CONFORMANCE": mode,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": str(tmp / "hf_home"),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+    subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    outcomes = {}
+    for case in ET.parse(report).iter("testcase"):
+        name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        outcomes[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trainers", nargs="+", default=["trl", "echo", "echo0"], choices=["trl", "echo", "echo0"])
+    parser.add_argument("-k", dest="keyword", help="pytest -k expression (a subset of the tests)")
+    parser.add_argument("tests", nargs="*", help="CLASS::TEST of the file to run (default: the whole file)")
+    parser.add_argument("--standins", type=Path, default=Path(tempfile.gettempdir()) / "echo_trl_trl_sft_standins")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per test")
+    parser.add_argument("--json", action="store_true", help="last stdout line: the outcome of every test per trainer")
+    args = parser.parse_args(argv)
+    for name, error in build(args.standins).items():
+        print(f"stand-in not built: {ORG}/{name}: {error}")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = stage(Path(tmp), args.standins.resolve())
+        for mode in args.trainers:
+            results[mode] = run(mode, Path(tmp), pkg, args.keyword, args.timeout, args.tests)
+            counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
+            print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()))
+    worse = 0
+    if "trl" in results:
+        for mode in (m for m in results if m != "trl"):
+            lost = sorted(t for t, o in results["trl"].items() if o == "passed" and results[mode].get(t) != "passed")
+            gained = sorted(t for t, o in results[mode].items() if o == "passed" and results["trl"].get(t) != "passed")
+            worse += len(lost)
+            print(f"{mode}: {len(lost)} tests pass with SFTTrainer but not here; {len(gained)} the other way")
+            for t in lost:
+                print(f"  lost: {t}")
+            for t in gained:
+                print(f"  gained: {t}")
+    if args.json:
+        print(json.dumps(results))
+    return 1 if worse else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
