@@ -116,6 +116,7 @@ def test_train_and_sft_render_save_and_record_the_template(assets, tmp_path, com
     argv = [command, "--model_name_or_path", str(model), "--dataset_name", str(root / "ds"), "--output_dir", str(out)]
     argv += [*TRAINING, *(["--num_generations", "2"] if command == "train" else [])]
     assert cli_main(argv) == 2  # the model's own template renders no tool calls
+    assert cli_main([*argv, "--chat_template_path", str(template.with_name("missing.jinja"))]) == 2
     assert cli_main([*argv, "--chat_template_path", str(template)]) == 0
     text = template.read_text(encoding="utf-8")
     assert AutoTokenizer.from_pretrained(out).chat_template == text  # the trained model carries it
