@@ -11,7 +11,7 @@ AWM-style dataset (no downloads), then runs, on the same 8 trajectories and sett
 
 and prints each step's loss in both and the largest absolute difference (expected: float noise, below 1e-5).
 
-    python benchmarks/fsdp2.py [--steps 3] [--json]
+    python benchmarks/fsdp2.py [--quick] [--steps 3] [--json]      # --quick: one step
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ def losses(out: Path) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 3; --quick 1)")
+    p.add_argument("--quick", action="store_true", help="the smallest run: one step")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    args.steps = args.steps or (1 if args.quick else 3)
     import torch
 
     if torch.cuda.device_count() < 2:

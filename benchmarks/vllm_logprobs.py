@@ -2,7 +2,7 @@
 
 One command, where a GPU and vLLM are present:
 
-    python benchmarks/vllm_logprobs.py [--json] [--temperature 0.8] [--episodes 8]
+    python benchmarks/vllm_logprobs.py [--quick] [--json] [--temperature 0.8] [--episodes 8]   # --quick: 4
 
 1. builds the tiny tool-calling model of the capture tests (tests/helpers/inference_server.py; hidden size 256, so
    vLLM's attention kernels get head size 64) and serves it with
@@ -85,9 +85,10 @@ def independent_logprobs(model_dir: Path, dataset, temperature: float) -> list[l
 def main(argv: list[str] | None = None) -> dict:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--episodes", type=int, default=8, help="episodes (over library_1's tasks 0..3)")
+    p.add_argument("--episodes", type=int, default=None, help="episodes over library_1's tasks 0..3 (8; --quick 4)")
     p.add_argument("--tolerance", type=float, default=1e-3, help="max |behavior - independent| accepted")
     args = p.parse_args(argv)
+    args.episodes = args.episodes or (4 if args.quick else 8)  # --quick: one episode per task
 
     from helpers.inference_server import tool_calling_model
     from helpers.processes import free_port

@@ -42,6 +42,14 @@ TESTS = Path(__file__).resolve().parent
 CONTAINMENT_TEST_MODULES = ("sandbox/test_bwrap.py", "sandbox/test_containment.py")
 
 
+def pytest_collection_modifyitems(items):
+    """The containment tests are the bubblewrap tests: marked ``sandbox`` here, beside the list that names them
+    (``-m "not sandbox"`` leaves them out of a fast local loop)."""
+    for item in items:
+        if item.path.relative_to(TESTS).as_posix() in CONTAINMENT_TEST_MODULES:
+            item.add_marker(pytest.mark.sandbox)
+
+
 @pytest.fixture(autouse=True)
 def _explicitly_unsafe_where_no_sandbox(request, monkeypatch):
     """Tests of other things than containment run generated AWM code contained when bwrap works here;

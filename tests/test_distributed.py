@@ -11,6 +11,12 @@ The per-rank parameters come from a ``sitecustomize`` probe put on ``PYTHONPATH`
 processes only (``helpers.launch.PROBE``): it wraps ``EchoGRPOTrainer.save_model`` to dump each rank's
 parameters. Nothing in ``echo_trl`` is changed for the test. The launcher is the running interpreter's
 accelerate (``python -m accelerate.commands.launch``): never a skip for one missing on PATH.
+
+The same launch shows it ends cleanly: every rank left the process group, and only after the DDP model was
+collected (a rank once hung in DDP's teardown after the work was done; the DeepSpeed launches of
+tests/test_deepspeed.py check their exit the same way). The launch refusals are unit tests
+(tests/commands/test_launch_checks.py); here, in this process, ``echo-trl train`` makes them first, in the
+environment accelerate gives a rank, as one line and exit 2.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers.launch import CONFIGS, accelerate_launch, launch_env, run, single_process, write_probe
 
 from echo_trl.data.build import build_awm_dataset
@@ -31,7 +38,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 MAX_COMPLETION = 1024
 STEPS = 2
 EVAL_ROWS, EVAL_BATCH = 5, 2  # 2 processes x 2 per device: the last eval batch holds 1 real row, 3 repeats
-REPEATS, EXIT_TIMEOUT = 2, 420  # launches per engine in the exit test (plus the ones above); seconds each
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +90,7 @@ DDP_LAUNCH += ["--dynamo_backend", "no"]
 
 @pytest.fixture(scope="module")
 def runs(assets):
+    """The two-process DDP run and the one-process run of the same global batch: ``(output_dir, probe_dir)``."""
     root, model, probe = assets
     results = {}
     for name, launcher, per_device in [
@@ -95,12 +102,14 @@ def runs(assets):
         # the probe dumps rank0.pt for the one-process run too
         env = launch_env(probe, probe_out, ACCELERATE_USE_CPU="true", **({"RANK": "0"} if name == "single" else {}))
         out = root / name
+        # a hang at exit shows as the timeout (the work itself takes well under a minute)
         proc, _ = run([*launcher, *_train_flags(root, model, out, per_device)], env, root, timeout=600)
         assert proc.returncode == 0, f"{name} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
         results[name] = (out, probe_out)
     return results
 
 
+@pytest.mark.slow
 def test_both_ranks_hold_identical_parameters(runs):
     _, probe_out = runs["ddp"]
     r0, r1 = torch.load(probe_out / "rank0.pt"), torch.load(probe_out / "rank1.pt")
@@ -110,6 +119,7 @@ def test_both_ranks_hold_identical_parameters(runs):
         assert torch.equal(r0["params"][name], r1["params"][name]), name
 
 
+@pytest.mark.slow
 def test_world_metrics_are_global_token_counts(assets, runs):
     from transformers import AutoTokenizer
 
@@ -134,6 +144,7 @@ def test_world_metrics_are_global_token_counts(assets, runs):
             assert h["world/tokens_action"] >= action  # action tokens + the end-of-turn tokens TRL trains
 
 
+@pytest.mark.slow
 def test_first_step_loss_and_final_model_match_one_process(runs):
     ddp, single = _logs(runs["ddp"][0]), _logs(runs["single"][0])
     for key in ("loss", "world/ce_env", "world/loss_unscaled", "world/tokens_action"):
@@ -148,6 +159,7 @@ def test_first_step_loss_and_final_model_match_one_process(runs):
         torch.testing.assert_close(a[name], b[name], rtol=1e-3, atol=1e-4, msg=name)
 
 
+@pytest.mark.slow
 def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -175,70 +187,58 @@ def test_heldout_env_ce_counts_each_trajectory_once(assets, runs):
     assert ce(per_row + per_row[:3]) != pytest.approx(ce(per_row), rel=1e-4)
 
 
+@pytest.mark.slow
+def test_the_launch_left_the_process_group_after_the_ddp_model_was_collected(runs):
+    """Each rank destroyed the group at the end (the teardown every exit path takes), with the DDP model, whose
+    reducer waits on gloo's threads, already collected: the order that cannot hang."""
+    _, probe_out = runs["ddp"]
+    for rank in (0, 1):
+        teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())
+        assert teardown["wrapped_alive"] == [False], rank
+
+
 # --------------------------------------------------------------------------------------------
-# Launches that would silently run something else are refused, in one line, exit 2
+# Launches that would silently run something else are refused, in one line, exit 2: checked before anything
+# loads (the model and dataset named here do not exist), in the environment accelerate gives each rank
 
 
-def _refusal(assets, tmp_path, launch_args: list[str], flags: list[str]) -> str:
-    root, model, _ = assets
-    flags = [*_train_flags(root, model, tmp_path / "out", 4, use_cpu=False, evaluate=False), *flags]
-    proc, _ = run([*accelerate_launch(*launch_args), *flags], launch_env(), root, timeout=600)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    lines = [line for line in out.splitlines() if line.startswith("echo-trl train: error:")]
-    # one line per rank that got to say it (the launcher stops the other rank once one has failed)
-    assert lines and len(set(lines)) == 1, out[-3000:]
-    assert "exitcode  : 2" in out  # echo-trl's usage-error status
-    assert "echo_trl/" not in out  # no traceback through echo_trl
-    assert not (tmp_path / "out" / "trainer_state.json").exists()
+def _refused(tmp_path, capsys, monkeypatch, env: dict[str, str], flags: list[str]) -> str:
+    from echo_trl.commands.cli import main as cli_main
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    missing, out = tmp_path / "no-such-model", tmp_path / "out"
+    argv = [*_train_flags(missing, missing, out, 4, use_cpu=False, evaluate=False), *flags]
+    assert cli_main(argv) == 2  # echo-trl's usage-error status
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("echo-trl train: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert not out.exists()
     return lines[0]
 
 
-def test_fsdp_on_cpu_processes_is_refused_not_run_as_ddp(assets, tmp_path):
-    config = ["--config_file", str(CONFIGS / "fsdp2.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
-    line = _refusal(assets, tmp_path, config, ["--use_cpu", "true"])
-    assert "FSDP was requested" in line and "MULTI_CPU" in line and "plain DDP" in line
-    assert "deepspeed_zero3_cpu.yaml" in line
-
-
-def test_processes_that_cannot_see_each_other_are_refused(assets, tmp_path):
-    line = _refusal(assets, tmp_path, DDP_LAUNCH, [])  # no --use_cpu on a machine without a GPU
-    assert "launched as 2 processes" in line and "joined no process group" in line and "--use_cpu true" in line
-
-
-def test_a_config_precision_the_flags_contradict_is_named_before_deepspeed_fails(assets, tmp_path):
-    pytest.importorskip("deepspeed", reason="deepspeed is in the dev extra: pip install -e '.[dev]'")
-    config = ["--config_file", str(CONFIGS / "deepspeed_zero3.yaml"), "--num_processes", "2"]
-    line = _refusal(assets, tmp_path, config, ["--ddp_backend", "gloo"])  # the shipped GPU config: bf16
+def test_a_config_precision_the_flags_contradict_is_refused_first(tmp_path, capsys, monkeypatch):
+    """The shipped GPU config's bf16 against ``--bf16 false``. A rank launched with DeepSpeed has its process
+    group before this check runs, which one process cannot have: the DeepSpeed variant of the refusal is
+    test_launch_checks.py::test_a_precision_mismatch_names_both_sides."""
+    config = yaml.safe_load((CONFIGS / "deepspeed_zero3.yaml").read_text())
+    assert config["mixed_precision"] == "bf16"
+    env = {"ACCELERATE_MIXED_PRECISION": config["mixed_precision"], "WORLD_SIZE": "2"}
+    line = _refused(tmp_path, capsys, monkeypatch, env, [])
     assert "mixed_precision: bf16" in line and "--bf16 false" in line
 
 
-# --------------------------------------------------------------------------------------------
-# Exit: every launch ends, repeatedly (a rank once hung in DDP's teardown after the work was done)
+def test_processes_that_cannot_see_each_other_are_refused(tmp_path, capsys, monkeypatch):
+    # what each rank of `accelerate launch --multi_gpu --num_processes 2` without --use_cpu resolves to here:
+    # WORLD_SIZE=2, yet no GPU and no CPU backend, so a process group of one
+    line = _refused(tmp_path, capsys, monkeypatch, {"WORLD_SIZE": "2"}, [])
+    assert "launched as 2 processes" in line and "joined no process group" in line and "--use_cpu true" in line
 
 
-@pytest.mark.parametrize("engine", ["ddp", "zero3"])
-def test_launches_exit_cleanly_every_time(assets, tmp_path, engine):
-    root, model, probe = assets
-    probe_out = tmp_path / "probe"
-    probe_out.mkdir()
-    if engine == "ddp":
-        launch, extra, env = DDP_LAUNCH, [], launch_env(probe, probe_out, ACCELERATE_USE_CPU="true")
-    else:
-        pytest.importorskip("deepspeed", reason="deepspeed is in the dev extra: pip install -e '.[dev]'")
-        launch = ["--config_file", str(CONFIGS / "deepspeed_zero3_cpu.yaml"), "--num_processes", "2"]
-        extra, env = ["--ddp_backend", "gloo"], launch_env(probe, probe_out)
-    for attempt in range(REPEATS):
-        out = tmp_path / f"run{attempt}"
-        for stale in probe_out.glob("teardown*.json"):
-            stale.unlink()
-        flags = [*_train_flags(root, model, out, 4, use_cpu=engine == "ddp", evaluate=False, steps=1), *extra]
-        # a hang at exit shows as the timeout (the work itself takes well under a minute)
-        proc, _ = run([*accelerate_launch(*launch), *flags], env, root, timeout=EXIT_TIMEOUT)
-        assert proc.returncode == 0, f"{engine} launch {attempt}:\n{proc.stderr[-3000:]}"
-        assert len(_logs(out)) == 1
-        for rank in (0, 1):
-            teardown = json.loads((probe_out / f"teardown{rank}.json").read_text())  # the group was destroyed
-            if engine == "ddp":  # and the DDP model (whose reducer waits on gloo's threads) was collected before it
-                assert teardown["wrapped_alive"] == [False], (engine, attempt, rank)
-            # DeepSpeed's engine stays referenced by the hooks it put on the model until the interpreter exits
+def test_fsdp_on_cpu_processes_is_refused_not_run_as_ddp(tmp_path, capsys, monkeypatch):
+    # in one process (a world of one: a second would need the group); the MULTI_CPU case of two processes is
+    # test_launch_checks.py::test_fsdp_is_refused_where_accelerate_would_drop_it[MULTI_CPU]
+    config = yaml.safe_load((CONFIGS / "fsdp2.yaml").read_text())
+    assert config["distributed_type"] == "FSDP"
+    line = _refused(tmp_path, capsys, monkeypatch, {"ACCELERATE_USE_FSDP": "true"}, ["--use_cpu", "true"])
+    assert "FSDP was requested" in line and "plain DDP" in line and "deepspeed_zero3_cpu.yaml" in line

@@ -4,6 +4,8 @@ split, its refusal to overwrite a previous run, and its parser."""
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -31,57 +33,65 @@ def test_no_arguments_runs_the_demo_with_its_defaults(monkeypatch):
     assert args.behavior_policy == "initial"
 
 
-def test_demo_behavior_policies_are_the_configs():
-    from echo_trl.config import BEHAVIOR_POLICIES, EchoGRPOConfig
+@pytest.mark.parametrize(
+    ("policy", "documented"), [("initial", True), ("current", True), ("recorded", False), ("Initial", False)]
+)
+def test_the_demo_takes_exactly_the_behavior_policies_the_trainer_takes(policy, documented, tmp_path, capsys):
+    """The demo's parser keeps its own copy of the choices (``--help`` must not load TRL): each value is accepted
+    by both the demo and ``EchoGRPOConfig`` or refused by both, and the two documented values are accepted."""
+    from helpers.trainer import tiny_config
 
-    assert demo_run.DEMO_BEHAVIOR_POLICIES == BEHAVIOR_POLICIES
-    assert EchoGRPOConfig.__dataclass_fields__["behavior_policy"].default == "initial"
+    try:
+        tiny_config(tmp_path, behavior_policy=policy)
+        trainer_takes = True
+    except (ValueError, EchoTrlError):
+        trainer_takes = False
+    try:
+        demo_takes = demo_run.parse_demo_args(["--behavior_policy", policy]).behavior_policy == policy
+    except SystemExit:
+        demo_takes = False
+    capsys.readouterr()
+    assert demo_takes == trainer_takes == documented
+    assert demo_run.parse_demo_args([]).behavior_policy == tiny_config(tmp_path).behavior_policy  # one default
 
 
-def test_demo_end_to_end_small(episodes, tmp_path, capsys):
-    out = tmp_path / "demo"
-    rc = cli_main(
-        [
-            "train",
-            "--demo",
-            "--output_dir",
-            str(out),
-            "--data_dir",
-            str(episodes),
-            "--max_steps",
-            "2",
-            "--eval_steps",
-            "1",
-            "--model_cache_dir",
-            str(tmp_path / "cache"),
-            "--warmup_steps",
-            "2",
-        ]
-    )
-    assert rc == 0
-    text = capsys.readouterr().out
-    assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
-    metrics = json.loads((out / "metrics.json").read_text())
-    runs = metrics["runs"]
-    echo, grpo = runs["ECHO (lambda=0.05)"], runs["GRPO (lambda=0)"]
-    assert [s for s, _ in echo["eval_curve"]] == [0, 1, 2]
-    assert echo["heldout_ce_env_before"] == pytest.approx(grpo["heldout_ce_env_before"])  # same start model
-    assert echo["eval_curve"][-1][1] == pytest.approx(echo["heldout_ce_env_after"], rel=1e-4)
-    assert (out / "env_ce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("echo", "grpo_baseline"):
-        assert (out / name / "model.safetensors").exists() and (out / name / "trainer_state.json").exists()
-    assert list((tmp_path / "cache").glob("tiny-qwen3-*/echo_trl_tiny.json"))
-    warm = list((tmp_path / "cache").glob("tiny-qwen3-*-warm-*/echo_trl_warmup.json"))
-    assert len(warm) == 1 and metrics["model"] == str(warm[0].parent)  # both runs start from the warmed model
-    assert metrics["warmup"]["settings"]["steps"] == 2 and "warm-up" in text
-    assert f"wrote {out / 'metrics.json'}, {out / 'env_ce.png'}, models in {out / 'echo'} and " in text
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # the demo: a warm-up and two short trainings on a shared 2-core machine
+def test_the_readme_demo_end_to_end(tmp_path, capsys):
+    """The README's demo line as written there (its overrides: one step, one warm-up step, 24 bundled episodes),
+    run as a user's shell runs it, offline (the docs test leaves this line to this test); then what it wrote."""
+    from helpers.docs import readme_demo, run_line, user_shell
 
-    # a second run into the same directory refuses before doing any work, and leaves the first run's results
-    before = (out / "metrics.json").read_bytes()
-    rc = cli_main(["train", "--demo", "--output_dir", str(out), "--data_dir", "/nonexistent", "--max_steps", "1"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "--overwrite_output_dir" in err and "metrics.json" in err and "no episode files" not in err
-    assert (out / "metrics.json").read_bytes() == before
+    block, line = readme_demo()
+    with user_shell(tmp_path) as (work, env, hub, guard):
+        text = run_line(block, line, work, env, capsys)
+        assert hub.count == guard.count == 0, f"the demo tried the network: {guard.attempts[:5]}"
+        argv = shlex.split(line, comments=True)
+        steps, warmup = (int(argv[argv.index(flag) + 1]) for flag in ("--max_steps", "--warmup_steps"))
+        out, cache = work / "outputs" / "echo-demo", Path(env["ECHO_TRL_CACHE"])
+        assert "ECHO (lambda=0.05)" in text and "GRPO (lambda=0)" in text and "before" in text
+        metrics = json.loads((out / "metrics.json").read_text())
+        runs = metrics["runs"]
+        echo, grpo = runs["ECHO (lambda=0.05)"], runs["GRPO (lambda=0)"]
+        assert [s for s, _ in echo["eval_curve"]] == list(range(steps + 1))  # --eval_steps 1: every step
+        assert echo["heldout_ce_env_before"] == pytest.approx(grpo["heldout_ce_env_before"])  # same start model
+        assert echo["eval_curve"][-1][1] == pytest.approx(echo["heldout_ce_env_after"], rel=1e-4)
+        assert (out / "env_ce.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        for name in ("echo", "grpo_baseline"):
+            assert (out / name / "model.safetensors").exists() and (out / name / "trainer_state.json").exists()
+        assert list(cache.glob("tiny-qwen3-*/echo_trl_tiny.json"))
+        warm = list(cache.glob("tiny-qwen3-*-warm-*/echo_trl_warmup.json"))
+        assert len(warm) == 1 and metrics["model"] == str(warm[0].parent)  # both runs start from the warmed model
+        assert metrics["warmup"]["settings"]["steps"] == warmup
+        outputs = Path("outputs") / "echo-demo"
+        assert f"wrote {outputs / 'metrics.json'}, {outputs / 'env_ce.png'}, models in {outputs / 'echo'} and " in text
+
+        # a second run into the same directory refuses before doing any work, and leaves the first run's results
+        before = (out / "metrics.json").read_bytes()
+        rc = cli_main(["train", "--demo", "--data_dir", "/nonexistent", "--max_steps", "1"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--overwrite_output_dir" in err and "metrics.json" in err and "no episode files" not in err
+        assert (out / "metrics.json").read_bytes() == before
 
 
 def test_overwrite_output_dir_is_the_only_way_over_a_previous_run(tmp_path):

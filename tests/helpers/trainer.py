@@ -62,27 +62,33 @@ def dataset(n: int = 4, **kw):
     )
 
 
+#: The settings every tiny CPU run shares: one process, float32, nothing logged or saved but the logs.
+TINY = dict(
+    per_device_train_batch_size=2,
+    num_generations=2,
+    max_steps=1,
+    use_cpu=True,
+    bf16=False,
+    report_to="none",
+    logging_steps=1,
+    save_strategy="no",
+    max_completion_length=1024,
+    gradient_checkpointing=False,
+    disable_tqdm=True,
+)
+
+
+def tiny_config(output_dir, **overrides) -> EchoGRPOConfig:
+    """An ``EchoGRPOConfig`` for a tiny run on CPU (:data:`TINY`), with ``overrides`` on top; the one place the
+    shared block is written."""
+    return EchoGRPOConfig(output_dir=str(output_dir), **{**TINY, **overrides})
+
+
 def make_trainer(tmp_path, ds=None, *, model=None, eval_dataset=None, **kw):
-    args = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        max_completion_length=1024,
-        gradient_checkpointing=False,
-        learning_rate=1e-2,
-        disable_tqdm=True,
-        per_device_eval_batch_size=2,
-    )
-    args.update(kw)
+    settings = dict(per_device_train_batch_size=4, learning_rate=1e-2, per_device_eval_batch_size=2)
     trainer = EchoGRPOTrainer(
         model or tiny_model(),
-        args=EchoGRPOConfig(**args),
+        args=tiny_config(tmp_path, **{**settings, **kw}),
         train_dataset=dataset() if ds is None else ds,
         eval_dataset=eval_dataset,
         processing_class=tiny_tokenizer("qwen3"),

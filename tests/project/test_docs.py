@@ -5,7 +5,11 @@ Each ```bash / ```python block of the checked documents carries a marker comment
 
 * ``<!-- docs-test: run -->``: run as written, block after block in one fresh directory per document
   (``data/`` and ``examples/`` linked in, ``echo-trl`` from this checkout, no network: ``HF_ENDPOINT``
-  points at a stand-in that counts connections, and the test asserts that nothing asked it);
+  points at a stand-in that counts connections, any other connection is counted and refused, and the test
+  asserts that nothing asked). The ``echo-trl`` and ``python`` lines and snippets run in this process, as the
+  command's ``main(argv)`` / the script, in the document's directory and environment (helpers/docs.py); one
+  line runs through the installed console script (``CONSOLE_SCRIPT_LINE``), and the README's demo line runs in
+  tests/demo/test_demo.py, which checks what it wrote;
 * ``<!-- docs-test: run ARGS -->``: the same with ``ARGS`` appended to each ``echo-trl train`` /
   ``python examples/...`` line (a long job cut to ``--max_steps 1``-style size; the block says which;
   the demo, ``echo-trl train`` alone, becomes ``echo-trl train --demo ARGS``);
@@ -20,18 +24,27 @@ generated signatures (compared with the docstrings below) and ``text`` blocks ar
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shlex
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers.hub import CountingEndpoint
+from helpers.docs import (
+    CONSOLE_SCRIPT_LINE,
+    README_DEMO,
+    REPO,
+    Block,
+    blocks,
+    cpu_seconds,
+    is_console_script_line,
+    logical_lines,
+    run_line,
+    run_python_block,
+    user_shell,
+    with_overrides,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 CHECKED_DOCS = (
     "README.md",
     "docs/datasets.md",
@@ -43,48 +56,6 @@ CHECKED_DOCS = (
 )
 #: Hand-written documents whose links and file names must resolve (docs/api.md is generated).
 LINKED_DOCS = (*CHECKED_DOCS, "CHANGELOG.md", "data/README.md", "examples/terminal/README.md")
-_BLOCK = re.compile(r"(?:<!-- docs-test: (run|check)\b([^>]*?)-->\n)?```(\w*)\n(.*?)^```", re.S | re.M)
-_LONG_JOBS = ("echo-trl train", "python examples/")
-
-
-@dataclass
-class Block:
-    doc: str
-    line: int
-    mode: str | None  # run | check | None (unmarked)
-    extra: str  # run: arguments appended to long jobs; check: the reason
-    lang: str
-    code: str
-
-    def where(self) -> str:
-        return f"{self.doc}:{self.line}"
-
-
-def blocks(doc: str) -> list[Block]:
-    text = (REPO / doc).read_text(encoding="utf-8")
-    return [
-        Block(doc, text.count("\n", 0, m.start(3)) + 1, m.group(1), (m.group(2) or "").strip(), m.group(3), m.group(4))
-        for m in _BLOCK.finditer(text)
-    ]
-
-
-def logical_lines(code: str) -> list[str]:
-    """Shell lines with ``\\`` continuations joined and comment-only lines dropped."""
-    return [
-        line for line in code.replace("\\\n", " ").splitlines() if line.strip() and not line.lstrip().startswith("#")
-    ]
-
-
-def with_overrides(code: str, extra: str) -> str:
-    out = []
-    for line in logical_lines(code):
-        if extra and line.lstrip().startswith(_LONG_JOBS):
-            argv = shlex.split(line, comments=True)
-            if argv == ["echo-trl", "train"]:  # the demo: with options it is `echo-trl train --demo OPTIONS`
-                argv.append("--demo")
-            line = shlex.join(argv) + " " + extra
-        out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def test_every_code_block_is_marked():
@@ -168,57 +139,72 @@ def test_check_blocks_parse(doc):
 
 
 # --------------------------------------------------------------------------------------------
-# run: as a user runs them, in a fresh directory
+# run: as a user runs them, in a fresh directory; the Python in this process
 
 
-def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    work = tmp_path / "clone"
-    work.mkdir()
-    for name in ("data", "examples"):
-        (work / name).symlink_to(REPO / name)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    shim = bin_dir / "echo-trl"  # the console script of this checkout
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m echo_trl.commands.cli "$@"\n')
-    shim.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    env.update(
-        PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=str(REPO),
-        ECHO_TRL_CACHE=str(tmp_path / "cache"),
-        ECHO_TRL_PROGRESS="0",
-        CUDA_VISIBLE_DEVICES="",
-        HF_HUB_DISABLE_TELEMETRY="1",
-    )  # see CountingEndpoint.env
-    return work, env
+@pytest.fixture
+def as_a_user(tmp_path):
+    with user_shell(tmp_path) as shell:
+        yield shell
 
 
-def run_block(block: Block, work: Path, env: dict[str, str]) -> None:
-    if block.lang == "python":
-        script = work / f"_snippet_{block.line}.py"
-        script.write_text(block.code, encoding="utf-8")
-        cmd = [sys.executable, str(script)]
-    else:
-        script = work / f"_block_{block.line}.sh"
-        script.write_text("set -euo pipefail\n" + with_overrides(block.code, block.extra), encoding="utf-8")
-        cmd = ["bash", str(script)]
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{block.where()} failed:\n{script.read_text()}\n{proc.stderr[-3000:]}"
+def test_the_hub_stand_ins_count_what_would_reach_the_hub(as_a_user):
+    """The positive control of the check below: a Hub lookup from this process, as a user's shell runs it, is
+    counted (the libraries' offline switches are off) and refused; echo_trl's own probe meets the endpoint."""
+    from huggingface_hub import model_info
+
+    from echo_trl.data.hub import locate
+    from echo_trl.errors import EchoTrlError
+
+    _, _, hub, guard = as_a_user
+    with pytest.raises(Exception):  # noqa: B017 - whichever error the library makes of a Hub that hangs up
+        model_info("echo-trl-tests/no-such-model")
+    assert hub.count + guard.count == 1  # asked once: the library's offline switch is off in this process
+    with pytest.raises(EchoTrlError, match="unreachable"):
+        locate("echo-trl-tests/no-such-dataset", "--dataset_name")
+    assert hub.count + guard.count == 2
 
 
+def run_lines(doc: str) -> list[tuple[Block, str | None]]:
+    """The document's ``run`` blocks as the runner takes them: each shell line with its overrides, or a whole
+    Python block (``None``)."""
+    return [
+        (block, line)
+        for block in blocks(doc)
+        if block.mode == "run"
+        for line in ([None] if block.lang == "python" else logical_lines(with_overrides(block.code, block.extra)))
+    ]
+
+
+def test_the_lines_run_elsewhere_are_in_the_readme():
+    lines = [line for block, line in run_lines("README.md") if line]
+    assert sum(line.startswith(CONSOLE_SCRIPT_LINE[1]) for line in lines) >= 1, (
+        f"no README line starts with {CONSOLE_SCRIPT_LINE[1]!r}: choose another line to run as the console script"
+    )
+    assert sum(line.startswith(README_DEMO[1]) for line in lines) == 1, "the README's demo line (test_demo.py)"
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox  # capture and the online example run the AWM servers in bubblewrap
 @pytest.mark.timeout(1800)  # a document's blocks together: several short trainings on a shared 2-core machine
 @pytest.mark.parametrize("doc", [d for d in CHECKED_DOCS if any(b.mode == "run" for b in blocks(d))])
-def test_run_blocks_run_offline_on_cpu(doc, tmp_path):
-    work, env = _workdir(tmp_path)
-    hub = CountingEndpoint()
-    env["HF_ENDPOINT"] = hub.url
-    try:
-        for block in blocks(doc):
-            if block.mode == "run":
-                run_block(block, work, env)
-    finally:
-        hub.close()
-    assert hub.count == 0, f"{doc}: the commands contacted the Hub {hub.count} times"
+def test_run_blocks_run_offline_on_cpu(doc, as_a_user, capsys):
+    work, env, hub, guard = as_a_user
+    costs, console = [], 0
+    for block, line in run_lines(doc):
+        if doc == README_DEMO[0] and line and line.startswith(README_DEMO[1]):
+            continue  # run and checked by tests/demo/test_demo.py::test_the_readme_demo_end_to_end
+        start = cpu_seconds()
+        if line is None:
+            run_python_block(block, work, capsys)
+        else:
+            console += is_console_script_line(block, line)
+            run_line(block, line, work, env, capsys)
+        costs.append(f"{cpu_seconds() - start:7.1f}  {block.where()}  {(line or '(python)').strip()[:100]}")
+    print("CPU s  line", *costs, sep="\n")
+    assert console == (doc == CONSOLE_SCRIPT_LINE[0])  # the one console-script run is in there
+    assert hub.count == 0, f"{doc}: the commands contacted the Hub endpoint {hub.count} times"
+    assert guard.count == 0, f"{doc}: the commands tried the network {guard.count} times: {guard.attempts[:5]}"
 
 
 # --------------------------------------------------------------------------------------------

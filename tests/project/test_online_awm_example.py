@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning", "ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.slow,  # online trainings
+    pytest.mark.sandbox,  # against AWM servers in bubblewrap
+    pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning", "ignore::DeprecationWarning"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 

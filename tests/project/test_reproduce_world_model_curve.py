@@ -41,6 +41,7 @@ def test_collapse_flag_uses_the_tail_mean_and_the_paper_threshold(curve):
     assert sweep["0.2"]["collapse_reasons"] == ["lambda > 0.1 (paper: collapse at 0.2)"]
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_results_consistent_with_its_curves(curve, tmp_path):
     out = tmp_path / "curve"
     results = curve.main(

@@ -119,6 +119,7 @@ def test_heldout_commands_unseen():
     assert t.completion[1]["role"] == "tool" and t.completion[1]["content"].startswith("2025-03-03")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_online_echo_step(tmp_path):
     """One online ECHO step: TRL generates, runs the terminal tool, and the world term sees env tokens."""
