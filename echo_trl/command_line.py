@@ -13,6 +13,9 @@ dataclasses). :func:`command_parser` builds the parser and :func:`parse_command`
 - answers a usage error in one line ending with the ``--help`` hint, exit 2: argparse's own (a bad choice, a
   missing required flag), an unknown flag, a YAML key no flag has, and a value refused by a dataclass's
   ``__post_init__`` (:class:`FlagValueError`, raised by the checks at the end of this module);
+- takes a flag given once per value (``--scenario a --scenario b``) for a ``list`` field whose metadata names the
+  :class:`Repeated` action, as argparse's ``append`` did (HfArgumentParser's ``nargs="+"`` would let a later
+  ``--scenario`` replace the earlier ones);
 - keeps a switch (a ``bool`` field) a switch in front of a positional argument: HfArgumentParser gives it an
   optional value (``--json false``), so argparse would read ``stats --json DATASET`` as ``--json=DATASET``;
   a bare switch followed by a word that is not a truth value is passed as ``--json=true``.
@@ -51,6 +54,22 @@ class CommandParser(TrlParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
+class Repeated(argparse.Action):
+    """``action=`` of a repeatable flag (``metadata={"action": Repeated}`` on a ``list[...]`` field): one value per
+    flag, appended, as argparse's ``append``. HfArgumentParser passes a list field ``nargs="+"``; this action takes
+    one value whatever ``nargs`` it is given, so ``--scenario a b`` stays refused as before. A list set by
+    ``--config`` (the action's default) is replaced by the command line's values, not extended: the command line
+    wins, as for every other flag."""
+
+    def __init__(self, option_strings, dest, nargs=None, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        earlier = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, [*earlier, values])
 
 
 def command_parser(
@@ -211,10 +230,17 @@ def positive_int(flag: str, value: Any) -> None:
 def positive_number(flag: str, value: Any) -> None:
     """A duration: a finite number > 0 (``nan``, ``inf``, ``0`` and ``-1`` are refused)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise FlagValueError(f"argument --{flag}: expected a finite number > 0, got {str(value)!r}")
+        raise FlagValueError(f"argument --{flag}: expected a finite number > 0, got {_shown(value)!r}")
 
 
 def non_negative_number(flag: str, value: Any) -> None:
     """A wait or a floor that may be 0: a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise FlagValueError(f"argument --{flag}: expected a finite number >= 0, got {str(value)!r}")
+        raise FlagValueError(f"argument --{flag}: expected a finite number >= 0, got {_shown(value)!r}")
+
+
+def _shown(value: Any) -> str:
+    """A refused number as the user most likely wrote it: ``-1``, not the ``-1.0`` argparse's ``float`` made of it."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return str(value)

@@ -32,6 +32,7 @@ from .train.model_card import add_sft_section
 from .train.sft_collator import SFTCollator, SFTWeights
 from .train.sft_data import filter_by_reward
 from .train.sft_loss import ACTION_MASK, EXTRA_COLUMNS, WEIGHTS, WORLD_MASK, role_nll, weighted_ce, window_weight_sum
+from .train.trainable import guard_training
 
 __all__ = ["EchoSFTTrainer"]
 
@@ -107,6 +108,8 @@ class EchoSFTTrainer(SFTTrainer):
         self.train_dataset = offline.with_tokens(self.train_dataset, tokenizer)  # tokenized once, cached
         self.eval_dataset = offline.with_tokens(self.eval_dataset, tokenizer)
         offline.check_completion_room(self.train_dataset, args.max_completion_length, "train_dataset")
+        target = args.world_loss_target if args.world_model_coeff > 0 else None  # #32: nothing non-finite, untrainable
+        guard_training(self, actions=args.action_weight > 0, world_target=target)
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()

@@ -27,14 +27,14 @@ from .prefix.attention import enable_prefix_tree_attention
 from .tokens.chat_template import with_chat_template_path
 from .train import metrics, offline, trl_compat
 from .train.batch import CompletionMasks, GeneratedRollouts, LossForward, fill_unrecorded_old_logps
-from .train.behavior import TRAIN_INDEX
-from .train.collator import CollatorSettings
+from .train.collator import TRAIN_INDEX, CollatorSettings
+from .train.finite import FiniteGuard, require_finite_weights
 from .train.loss import divisor_for, global_count, world_coeff_for, world_loss, world_totals
 from .train.model import capture_hidden_states, check_temperatures, context_length, logps_from_hidden
 from .train.model_card import add_echo_section
 from .train.offline import EVAL_INDEX_COLUMN
 from .train.online_masks import add_online_masks
-from .train.precision import FP16_WARNING, check_world_finite, uses_fp16
+from .train.precision import FP16_WARNING, uses_fp16
 from .train.prepare import prepare_datasets
 from .train.sampler import ResumableRepeatSampler
 from .train.world_eval import HeldOutTotals
@@ -125,6 +125,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_loss_forward: LossForward | None = None  # set by _compute_loss for its one loss forward
         self._echo_eval = HeldOutTotals()
         self._echo_warned: set[str] = set()
+        self._echo_guard = FiniteGuard.added_to(self)  # no non-finite loss, gradient or weight applied or saved
 
     # ----------------------------------------------------------------------------------------
     # Datasets, samplers, checkpoints
@@ -216,6 +217,8 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_loss_forward = forward = LossForward(inputs, wants_hidden=hidden)  # TRL 1.16: one forward
         try:
             if self.args.use_policy_loss:
+                # TRL computes exp(logps - old_per_token_logps) itself: the old ones are the policy's, or checked in
+                # [-50, 1e-3] where they enter (train/collator.py), so the log-ratio is at most ~50: no exp overflow
                 loss = super()._compute_loss(model, inputs)
             else:
                 loss = None
@@ -223,13 +226,12 @@ class EchoGRPOTrainer(GRPOTrainer):
         finally:
             self._echo_loss_forward = None
         world_scaled = self._world_term(model, inputs, forward, mode)
-        if loss is not None and self._current_coeff() == 0.0:
-            return loss  # lambda = 0 is GRPO, bit for bit
-        if mode == "train":
-            check_world_finite(
-                trl_compat.metrics(self, "train")["world/loss_unscaled"][-1], self.state.global_step + 1, loss
+        grpo_only = loss is not None and self._current_coeff() == 0.0  # lambda = 0 is GRPO, bit for bit
+        if mode == "train":  # each term finite, before backward (train/finite.py)
+            self._echo_guard.check_loss(
+                inputs, policy=loss, world=None if grpo_only else world_scaled, logps=forward.logps
             )
-        return world_scaled if loss is None else loss + world_scaled
+        return loss if grpo_only else world_scaled if loss is None else loss + world_scaled
 
     def _current_coeff(self) -> float:
         return world_coeff_for(self.args, self.state.global_step, self.state.max_steps)
@@ -285,7 +287,8 @@ class EchoGRPOTrainer(GRPOTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """``Trainer.save_model``; a save to ``output_dir`` also writes the model card there (TRL writes it only
-        with checkpoints and on ``push_to_hub``)."""
+        with checkpoints and on ``push_to_hub``); never non-finite weights (checkpoints come through here too)."""
+        require_finite_weights(self.model, output_dir or self.args.output_dir)
         super().save_model(output_dir, _internal_call)
         if not _internal_call and (output_dir is None or str(output_dir) == str(self.args.output_dir)):
             name = self.args.hub_model_id.split("/")[-1] if self.args.hub_model_id else None

@@ -162,8 +162,10 @@ def test_batch_without_env_tokens_trains_policy_and_gives_zero_world_loss(tmp_pa
     assert torch.isfinite(loss)
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in trainer.model.parameters() if p.grad is not None)
-    world_only = make_trainer(tmp_path, ds, world_model_coeff=1.0, use_policy_loss=False)
-    wl = world_only._compute_loss(world_only.model, batch(world_only))
+    with pytest.raises(EchoTrlError, match="none of its 4 trajectories has a token to train"):
+        make_trainer(tmp_path, ds, world_model_coeff=1.0, use_policy_loss=False)  # a whole dataset: refused
+    world_only = make_trainer(tmp_path, dataset(4), world_model_coeff=1.0, use_policy_loss=False)
+    wl = world_only._compute_loss(world_only.model, batch(world_only, ds))  # one batch without them
     assert wl.item() == 0.0 and wl.requires_grad
     wl.backward()  # graph-connected zero
     m = trl_compat.metrics(world_only, "train")
@@ -810,12 +812,16 @@ def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(t
 
 def test_real_fp16_logit_overflow_stops_training_with_finite_weights(tmp_path, recwarn):
     """fp16 weights whose logits pass 65504 (final norm and LM head scaled up). Without the guard one step made
-    all 24 weight tensors NaN while the Trainer logged the loss as 0; with it, training stops at step 1."""
+    all 24 weight tensors NaN while the Trainer logged the loss as 0; with it, training stops at step 1. With
+    behavior_policy="initial" the starting model's log-probs (computed at init) are NaN already: refused, where
+    they used to become "ratio 1" silently."""
     model = tiny_model().to(torch.float16)
     with torch.no_grad():
         model.model.norm.weight.mul_(2e4)
         model.lm_head.weight.mul_(10)  # tied to the input embeddings
-    trainer = make_trainer(tmp_path, model=model, world_model_coeff=0.05)
+    with pytest.raises(EchoTrlError, match=r"echo_initial_logprobs\[0\]: the starting model's log-prob is nan"):
+        batch(make_trainer(tmp_path, model=model, world_model_coeff=0.05))
+    trainer = make_trainer(tmp_path, model=model, world_model_coeff=0.05, behavior_policy="current")
     inputs = batch(trainer)
     with torch.no_grad():
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)

@@ -1,23 +1,24 @@
 """``echo-trl capture`` on local scenarios: which scenarios and tasks, which policy, the collection and its log.
 
 :mod:`echo_trl.commands.capture` parses the command and owns the replay check; this module builds the
-policy (``replay:``, ``model:`` or ``openai:``) and the collection's settings, runs it with
+policy (``replay:``, ``model:`` or ``openai:``) and the library's typed ``CollectionSettings`` from the parsed
+:class:`~echo_trl.commands.capture_args.CaptureArguments`, runs the collection with
 :func:`echo_trl.envs.awm.capture.run.collect` on one bounded server pool, aligns sampled log-probs with the trainer's
 tokenization (:mod:`echo_trl.tokens.sampled`) as each episode finishes, and returns the summary.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from ..data.prompt import DEFAULT_SYSTEM_PROMPT
 from ..errors import EchoTrlError
+from .capture_args import CaptureArguments
 
 
-def scenario_names(args: argparse.Namespace, source) -> list[str]:
+def scenario_names(args: CaptureArguments, source) -> list[str]:
     names = list(args.scenario or [])
     if args.scenario_file:
         try:
@@ -31,7 +32,7 @@ def scenario_names(args: argparse.Namespace, source) -> list[str]:
 
 
 def collect_local(
-    args: argparse.Namespace, kind: str, target: str, on_record: Callable[[dict], None] | None = None
+    args: CaptureArguments, on_record: Callable[[dict], None] | None = None
 ) -> tuple[dict, list[str], Path]:
     """Collect into ``--output``; returns the summary, the log lines and the output directory.
 
@@ -40,7 +41,7 @@ def collect_local(
     from ..envs.awm.capture.run import collect
     from ..envs.awm.scenario.source import HUB_REPO_ID, ScenarioSource
 
-    policy, sampler, tokenizer = build_policy(args, kind, target)
+    policy, sampler, tokenizer = build_policy(args)
     source = (
         ScenarioSource.from_dir(args.data)
         if args.data
@@ -68,8 +69,8 @@ def collect_local(
     return result.summary, lines, result.output
 
 
-def collection_settings(args: argparse.Namespace, scenarios: list[str], tokenizer):
-    """The library's settings of this collection, from the parsed flags."""
+def collection_settings(args: CaptureArguments, scenarios: list[str], tokenizer):
+    """The library's typed settings of this collection, from the parsed flags (the library never sees them)."""
     from ..envs.awm.capture.run import CollectionSettings
     from ..envs.awm.runtime.settings import AWMSettings
 
@@ -94,13 +95,13 @@ def collection_settings(args: argparse.Namespace, scenarios: list[str], tokenize
     )
 
 
-def episodes_per_task(args: argparse.Namespace, policy, scenario: str, k: int) -> int:
+def episodes_per_task(args: CaptureArguments, policy, scenario: str, k: int) -> int:
     from ..envs.awm.capture.run import episodes_for
 
     return episodes_for(policy, args.episodes, scenario, k)
 
 
-def settings(args: argparse.Namespace, tokenizer) -> dict:
+def settings(args: CaptureArguments, tokenizer) -> dict:
     """What shapes the episodes (a rerun into the same output must keep them; concurrency and counts may change)."""
     keys = (
         "policy",
@@ -150,10 +151,11 @@ def log_lines(args, source, tasks, not_runnable, summary, containment, tokenizer
     ]
 
 
-def build_policy(args: argparse.Namespace, kind: str, target: str):
-    """(policy, sampler description, tokenizer to align log-probs with or None)."""
+def build_policy(args: CaptureArguments):
+    """(policy, sampler description, tokenizer to align log-probs with or None) of ``--policy KIND:TARGET``."""
     from ..envs.awm.policies.replay import ReplayPolicy
 
+    kind, target = args.policy_kind, args.policy_target
     if kind == "replay":
         return ReplayPolicy.from_file(target), None, None
     if kind == "model":
@@ -195,7 +197,7 @@ def build_policy(args: argparse.Namespace, kind: str, target: str):
     return policy, sampler, tokenizer
 
 
-def align(args: argparse.Namespace, tokenizer, record: dict) -> None:
+def align(args: CaptureArguments, tokenizer, record: dict) -> None:
     from ..tokens.sampled import align_record, apply_alignment
 
     alignment = align_record(
@@ -208,7 +210,7 @@ def align(args: argparse.Namespace, tokenizer, record: dict) -> None:
     apply_alignment(record, alignment, tokenizer.name_or_path)
 
 
-def model_policy(args: argparse.Namespace, target: str):
+def model_policy(args: CaptureArguments, target: str):
     from ..envs.awm.policies.model import AWMAgentModelPolicy, ModelPolicy
 
     system_prompt = args.system_prompt or None

@@ -113,9 +113,45 @@ def check_utf8(text: str, field: str) -> None:
         ) from None
 
 
+#: The lowest behaviour log-prob accepted (refused below, never clipped). ``exp(-50)`` is about 2e-22: a token that
+#: unlikely is never sampled (even 10^12 tokens from a 10^6-token vocabulary reach it with a chance below 10^-3), so
+#: a lower value is no sample's log-prob: vLLM's OpenAI server writes ``max(logprob, -9999.0)``, i.e. -9999.0 for a
+#: token its sampler gave probability 0 (``-inf``), and a hostile or buggy server anything. The floor also keeps
+#: TRL's importance ratio ``exp(logp - behaviour_logp)`` at most ``exp(50 + tolerance)`` (~5e21, 16 orders of
+#: magnitude below float32's maximum): its ``exp`` and gradient cannot overflow.
+BEHAVIOR_LOGPROB_FLOOR = -50.0
+#: How far above 0 a behaviour log-prob may be: float32 rounding of a ``log_softmax`` near 0 is ~1e-7 and a
+#: half-precision one's below 1e-3; a value beyond that is no log-probability (+50 would clip every token).
+BEHAVIOR_LOGPROB_TOLERANCE = 1e-3
+#: What the errors say about the accepted range (one place, so every reader says the same).
+BEHAVIOR_LOGPROB_RANGE = (
+    f"a behaviour log-prob must be finite, <= 0 (up to {BEHAVIOR_LOGPROB_TOLERANCE:g}) and >= "
+    f"{BEHAVIOR_LOGPROB_FLOOR:g} (vLLM writes -9999.0 for a token it gave probability 0): re-record the episode, "
+    "or leave its behavior_logprobs null (the starting model's log-probs stand in)"
+)
+
+
+def logprob_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a sampled token's behaviour log-prob (``None`` when it can): NaN, infinite, above
+    0 beyond :data:`BEHAVIOR_LOGPROB_TOLERANCE` or below :data:`BEHAVIOR_LOGPROB_FLOOR`."""
+    if math.isnan(value):
+        return "NaN is not a log-prob"
+    if value > BEHAVIOR_LOGPROB_TOLERANCE:
+        return f"{value:g} is above 0 (a log-prob is <= 0)"
+    if value < BEHAVIOR_LOGPROB_FLOOR:
+        return f"{value:g} is below the floor {BEHAVIOR_LOGPROB_FLOOR:g}"
+    return None
+
+
 def behavior_logprobs(value: Any, field: str = "behavior_logprobs") -> list[float] | None:
-    """A record's per-action-token log-probabilities: ``None`` (not recorded) or a list of finite numbers."""
+    """A record's per-action-token log-probabilities: ``None`` (not recorded) or a list of numbers each a possible
+    sampled token's log-prob (:func:`logprob_problem`)."""
     if value is None:
         return None
     expect(value, list, field, "a list of numbers")
-    return [finite(v, child(field, i)) for i, v in enumerate(value)]
+    values = [finite(v, child(field, i)) for i, v in enumerate(value)]
+    for i, v in enumerate(values):
+        problem = logprob_problem(v)
+        if problem is not None:
+            raise EpisodeError(f"{problem}; {BEHAVIOR_LOGPROB_RANGE}", field=child(field, i))
+    return values

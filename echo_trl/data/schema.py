@@ -161,13 +161,19 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     if missing:
         raise DatasetSchemaError(f"row is missing column(s) {', '.join(missing)}")
     completion = [_message_from_row(m, f"completion[{i}]") for i, m in enumerate(row["completion"])]
+    warnings = row.get("warnings") or []
+    if warnings and len(warnings) != len(completion):
+        raise DatasetSchemaError(
+            f"warnings: {len(warnings)} entries for {len(completion)} completion messages "
+            "(one list of warnings per completion message)"
+        )
     return Trajectory(
         prompt=[_message_from_row(m, f"prompt[{i}]") for i, m in enumerate(row["prompt"])],
         completion=completion,
         tools=[]
         if row.get("format") == "awm-agent"
         else [_json_object(t, f"tools[{i}]") for i, t in enumerate(row.get("tools") or [])],
-        warnings=[list(w) for w in row.get("warnings") or [[] for _ in completion]],
+        warnings=[list(w) for w in warnings or [[] for _ in completion]],
         reward=float(row.get("reward") or 0.0),
         scenario=row.get("scenario") or "",
         task_idx=int(row["task_idx"]) if row.get("task_idx") is not None else -1,

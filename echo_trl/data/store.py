@@ -11,18 +11,21 @@ import json
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Features
 
 from ..errors import DatasetSchemaError, EchoTrlError
 from ..io.outputs import atomic_output_dir
 from .card import dataset_card
 from .content import with_content_fingerprint
+from .fields import BEHAVIOR_LOGPROB_FLOOR, BEHAVIOR_LOGPROB_RANGE, BEHAVIOR_LOGPROB_TOLERANCE, logprob_problem
 from .hub import hub_endpoint, hub_offline, hub_unreachable
 from .records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
-__all__ = ["load_echo_dataset", "save_dataset", "validate_dataset"]
+__all__ = ["check_rows", "load_echo_dataset", "save_dataset", "validate_dataset"]
 
 #: A file every ``save_to_disk`` directory of one split has: what makes an existing ``--output`` replaceable.
 DATASET_MARKER = "dataset_info.json"
@@ -67,7 +70,58 @@ def validate_dataset(ds: datasets.Dataset, name: str = "dataset") -> datasets.Da
             raise DatasetSchemaError(
                 f"{name}: column(s) {', '.join(bad)} have the wrong feature type ({exc})"
             ) from None
+    check_rows(ds, name)
     return ds
+
+
+#: Rows per Arrow batch of :func:`check_rows` (bounded memory at any dataset size).
+CHECK_BATCH_ROWS = 10_000
+
+
+def check_rows(ds: datasets.Dataset, name: str = "dataset") -> None:
+    """The row values the schema's types cannot express, read column-wise from Arrow (no row becomes a Python
+    object; memory bounded by :data:`CHECK_BATCH_ROWS`): every ``behavior_logprobs`` value is a possible sampled
+    token's log-prob (:func:`~echo_trl.data.fields.logprob_problem`: finite, <= 0 up to a tolerance, above the
+    floor), and ``warnings`` has one list per completion message (or none). The first bad value is a
+    :class:`DatasetSchemaError` naming the dataset, row and field."""
+    columns = [c for c in ("behavior_logprobs", "warnings", "completion") if c in ds.column_names]
+    if not columns or not isinstance(ds, datasets.Dataset):
+        return
+    offset = 0
+    for table in ds.select_columns(columns).with_format("arrow").iter(batch_size=CHECK_BATCH_ROWS):
+        if "behavior_logprobs" in columns:
+            _check_logprobs(table.column("behavior_logprobs").combine_chunks(), offset, name)
+        if "warnings" in columns and "completion" in columns:
+            _check_warning_lengths(table, offset, name)
+        offset += table.num_rows
+
+
+def _check_logprobs(column: pa.ListArray, offset: int, name: str) -> None:
+    values = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    bad = np.isnan(values) | (values < BEHAVIOR_LOGPROB_FLOOR) | (values > BEHAVIOR_LOGPROB_TOLERANCE)
+    if not bad.any():
+        return
+    k = int(np.flatnonzero(bad)[0])
+    parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+    row = int(parents[k])
+    j = k - int(lengths[:row].sum())
+    raise DatasetSchemaError(
+        f"{name}: row {offset + row}: behavior_logprobs[{j}]: {logprob_problem(float(values[k]))}; "
+        f"{BEHAVIOR_LOGPROB_RANGE}"
+    )
+
+
+def _check_warning_lengths(table: pa.Table, offset: int, name: str) -> None:
+    warnings = pc.fill_null(pc.list_value_length(table.column("warnings")), 0).to_numpy(zero_copy_only=False)
+    messages = pc.fill_null(pc.list_value_length(table.column("completion")), 0).to_numpy(zero_copy_only=False)
+    bad = (warnings != 0) & (warnings != messages)  # none at all: no warnings (row_to_trajectory fills them in)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetSchemaError(
+            f"{name}: row {offset + row}: warnings: {int(warnings[row])} entries for {int(messages[row])} "
+            "completion messages (one list of warnings per completion message)"
+        )
 
 
 def damaged_dataset_message(what: str, name: str | Path, exc: BaseException) -> str:

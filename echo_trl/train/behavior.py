@@ -56,7 +56,7 @@ from ..prefix.order import prefix_grouped_order
 from ..progress import progress
 from ..tokens.cache import cache_file_for, map_progress, map_to_cache
 from . import trl_compat
-from .collator import STARTING_LOGPS, CollatorSettings, collate_features, trajectory_features
+from .collator import STARTING_LOGPS, TRAIN_INDEX, CollatorSettings, collate_features, trajectory_features
 from .engines import local_shard, release_gathered
 from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
@@ -67,8 +67,6 @@ logger = logging.getLogger(__name__)
 
 #: Bumped whenever what the column holds changes, so stale caches are not reused.
 VERSION = "1"
-#: Row number of each train trajectory, by which a column computed after the dataloader was built is found.
-TRAIN_INDEX = "echo_train_index"
 #: The starting-model column in a checkpoint (sharded runs: what a resumed run uses); the name of the first release.
 CHECKPOINT_FILE = "echo_initial_logprobs.pt"
 

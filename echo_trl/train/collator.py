@@ -25,8 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data.fields import (
+    BEHAVIOR_LOGPROB_FLOOR,
+    BEHAVIOR_LOGPROB_RANGE,
+    BEHAVIOR_LOGPROB_TOLERANCE,
+    logprob_problem,
+)
 from ..data.schema import row_to_trajectory
-from ..errors import DatasetSchemaError
+from ..errors import DatasetSchemaError, EchoTrlError
 from ..roles import Role, Trajectory, default_group_id
 from ..tokens.cache import has_tokens, row_quality, row_tokens
 from ..tokens.quality import passes_filters, rollout_quality, with_dataset_columns
@@ -36,6 +42,9 @@ from ..tokens.world_mask import world_mask
 #: The starting model's log-probs at a row's kept action tokens (added by :mod:`echo_trl.train.behavior`); the
 #: column keeps the name of the config value (``behavior_policy="initial"``) it had from the first release.
 STARTING_LOGPS = "echo_initial_logprobs"
+#: Row number of each train trajectory (added at trainer init): how errors and warnings name a batch's rows, and how
+#: a column computed after the dataloader was built is found (:mod:`echo_trl.train.behavior`).
+TRAIN_INDEX = "echo_train_index"
 
 
 @dataclass(frozen=True)
@@ -81,13 +90,14 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     """Tokens and masks of one trajectory, split into prompt and completion."""
     if isinstance(row, dict) and has_tokens(row):  # tokenized once (echo_trl.tokens.cache): no rendering, no decoding
         full, quality = row_tokens(row), row_quality(row)
-        group_id, recorded = _group_id(row), row.get("behavior_logprobs")
+        where, recorded = _where(row), row.get("behavior_logprobs")
     else:
         trajectory = row if isinstance(row, Trajectory) else row_to_trajectory(row)
         full = tokenize_with_roles(tokenizer, trajectory, world_loss_target=settings.world_loss_target)
         quality = rollout_quality(trajectory.completion, trajectory.tools, trajectory.warnings)
         quality = with_dataset_columns(quality, row) if isinstance(row, dict) else quality
-        group_id, recorded = trajectory.group_id, trajectory.behavior_logprobs
+        where = _where(row if isinstance(row, dict) else None, trajectory.group_id)
+        recorded = trajectory.behavior_logprobs
     limit = settings.max_completion_length
     ends = [n for n in (None if limit is None else full.prompt_length + limit, settings.max_length) if n is not None]
     tokens = full.truncate(min(ends)) if ends else full
@@ -104,7 +114,7 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         warning_mask=(roles == Role.WARNING.code).astype(np.int64).tolist(),
         world_mask=world.astype(np.int64).tolist(),
         behavior_logps=_behavior_logps(
-            group_id,
+            where,
             recorded,
             action,
             int((full.roles == Role.ACTION.code).sum()),
@@ -116,34 +126,59 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
     )
 
 
-def _group_id(row: dict[str, Any]) -> str:
-    """The row's group, as :func:`~echo_trl.data.schema.row_to_trajectory` reads it (for error messages)."""
-    task = row.get("task_idx")
-    return row.get("group_id") or default_group_id(row.get("scenario") or "", -1 if task is None else int(task))
+def _where(row: dict[str, Any] | None, group_id: str | None = None) -> str:
+    """How errors name a row: its number in the train dataset when it has one (:data:`TRAIN_INDEX`), else its
+    group, as :func:`~echo_trl.data.schema.row_to_trajectory` reads it."""
+    if row is not None and row.get(TRAIN_INDEX) is not None:
+        return f"train_dataset row {row[TRAIN_INDEX]} (group_id {row.get('group_id')!r})"
+    if group_id is None:
+        task = row.get("task_idx")
+        group_id = row.get("group_id") or default_group_id(
+            row.get("scenario") or "", -1 if task is None else int(task)
+        )
+    return f"trajectory {group_id!r}"
 
 
 def _behavior_logps(
-    group_id: str, recorded: list[float] | None, action: np.ndarray, n_action_full: int, starting: list[float] | None
+    where: str, recorded: list[float] | None, action: np.ndarray, n_action_full: int, starting: list[float] | None
 ) -> list[float] | None:
     """The behaviour log-probs at the (kept) action positions, NaN elsewhere: the recorded ones (one per
-    action token of the whole trajectory), else the starting model's (one per *kept* action token)."""
+    action token of the whole trajectory), else the starting model's (one per *kept* action token).
+
+    Checked here, where they enter the loss, whatever path the row took (a dataset passed in Python is not
+    loaded through :func:`~echo_trl.data.store.check_rows`): NaN marks "not recorded" in the batch (the trainer
+    fills in the policy's own: ratio 1), so a recorded NaN, an infinite value or one outside the accepted range
+    (:func:`~echo_trl.data.fields.logprob_problem`) is refused, never trained on."""
     if recorded is None:
         if starting is None:
             return None
         if len(starting) != int(action.sum()):
             raise DatasetSchemaError(
-                f"trajectory {group_id!r}: {STARTING_LOGPS} has {len(starting)} values for "
+                f"{where}: {STARTING_LOGPS} has {len(starting)} values for "
                 f"{int(action.sum())} kept action tokens (computed under other truncation settings); drop the "
                 "column and the trainer computes its own"
             )
         values = starting
+        bad = next((i for i, v in enumerate(values) if v is None or not math.isfinite(v)), None)
+        if bad is not None:
+            raise EchoTrlError(
+                f"{where}: {STARTING_LOGPS}[{bad}]: the starting model's log-prob is {values[bad]} (its forward "
+                "overflowed: fp16? train in bf16 or float32, or set behavior_policy='current')"
+            )
     else:
         values = list(recorded)
         if len(values) != n_action_full:
             raise DatasetSchemaError(
-                f"trajectory {group_id!r}: behavior_logprobs has {len(values)} values for "
+                f"{where}: behavior_logprobs has {len(values)} values for "
                 f"{n_action_full} action tokens under this tokenizer; record one log-prob per action token "
                 "(the tokens the policy generated, end-of-turn included) with the tokenizer you train with"
+            )
+        array = np.asarray(values, dtype=np.float64)  # a null becomes NaN: refused as one
+        bad = np.isnan(array) | (array < BEHAVIOR_LOGPROB_FLOOR) | (array > BEHAVIOR_LOGPROB_TOLERANCE)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DatasetSchemaError(
+                f"{where}: behavior_logprobs[{i}]: {logprob_problem(float(array[i]))}; {BEHAVIOR_LOGPROB_RANGE}"
             )
     behavior = [math.nan] * len(action)
     for pos, value in zip(np.flatnonzero(action), values, strict=False):

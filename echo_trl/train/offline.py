@@ -8,6 +8,7 @@ dataloader must keep, the epoch order), and the batch it hands TRL's loss in pla
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -18,11 +19,14 @@ from ..errors import EchoTrlError
 from ..tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, tokenize_dataset
 from . import metrics, trl_compat
 from .advantages import ADVANTAGE_COLUMN, collated_advantages, with_advantages
-from .collator import STARTING_LOGPS, CollatorSettings, collate_features, trajectory_features
-from .loss import global_count
+from .collator import STARTING_LOGPS, TRAIN_INDEX, CollatorSettings, collate_features, trajectory_features
+from .loss import global_count, world_coeff_for
 from .sampler import ResumableRepeatSampler
+from .trainable import untrainable_batch_message
 
 __all__ = ["recorded_reward", "no_reward"]
+
+logger = logging.getLogger(__name__)
 
 #: Columns of the ECHO trajectory schema that offline mode reads (kept by the dataloader).
 TRAJECTORY_COLUMNS = [
@@ -208,13 +212,16 @@ def collate_batch(trainer, rows: list[dict[str, Any]], settings: CollatorSetting
     features = [trajectory_features(tokenizer, row, settings) for row in rows]
     batch = {k: v.to(device) for k, v in collate_features(features, tokenizer.pad_token_id).items()}
     batch["advantages"], rewards = collated_advantages(rows, args.scale_rewards, accelerator.gather, device)
-    if EVAL_INDEX_COLUMN in rows[0]:
-        batch[EVAL_INDEX_COLUMN] = torch.tensor([row[EVAL_INDEX_COLUMN] for row in rows], device=device)
+    for column in (EVAL_INDEX_COLUMN, TRAIN_INDEX):  # row numbers: held-out CE per trajectory, rows in messages
+        if column in rows[0]:
+            batch[column] = torch.tensor([row[column] for row in rows], device=device)
     loss_mask = batch["completion_mask"] * batch["tool_mask"]
     batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     batch["world_num_items"] = accelerator.gather(
         global_count(batch["world_mask"], args.world_loss_normalization).to(device)
     ).sum()
+    if mode == "train":
+        warn_if_untrainable(trainer, rows, batch)
     trl_compat.add_sampling_logps(
         trainer,
         batch,
@@ -227,3 +234,14 @@ def collate_batch(trainer, rows: list[dict[str, Any]], settings: CollatorSetting
         trainer.state.num_input_tokens_seen += accelerator.gather(tokens).sum().item()
     m["num_tokens"] = [trainer.state.num_input_tokens_seen]
     return batch
+
+
+def warn_if_untrainable(trainer, rows: list[dict[str, Any]], batch: dict[str, Any]) -> None:
+    """A warning when a training batch (over every process) has no token the active loss terms train."""
+    args, step = trainer.args, trainer.state.global_step
+    actions = bool(args.use_policy_loss)
+    world = world_coeff_for(args, step, trainer.state.max_steps) > 0
+    trains = (actions and batch["num_items_in_batch"].item() > 0) or (world and batch["world_num_items"].item() > 0)
+    if not trains:
+        index = [row[TRAIN_INDEX] for row in rows] if TRAIN_INDEX in rows[0] else None
+        logger.warning(untrainable_batch_message(step + 1, index, actions=actions, world=world))

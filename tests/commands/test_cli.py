@@ -267,28 +267,16 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
     assert inputs == ["eps"] and ns.skip_invalid and ns.compact_tools and ns.push_to_hub == "me/x"
     with pytest.raises(SystemExit):
         build_dataset.parse_args(["eps", "--output", "o", "--skip"])
-    # capture (still on its argparse parser): flags defined with hyphens are shown with underscores, take both
-    cp = capture.build_parser()
-    assert "--task_idx" in cp.format_help() and "--task-idx" not in cp.format_usage()
-    ns = cp.parse_args(
-        [
-            "--data",
-            "d",
-            "--scenario",
-            "s",
-            "--policy",
-            "p",
-            "--output",
-            "o",
-            "--task_idx",
-            "1",
-            "--task-idx",
-            "2",
-            "--max_steps",
-            "3",
-        ]
+    # capture: both spellings; its repeatable flags take one value each time, in order
+    assert "--task_idx" in capture.make_parser().format_help()
+    ns = capture.parse_args(
+        ["--data", "d", "--scenario", "s", "--policy", "replay:p", "--output", "o", "--task_idx", "1"]
+        + ["--task-idx", "2", "--max_steps", "3", "--scenario-file", "f", "--scenario", "t"]
     )
-    assert ns.task_idx == [1, 2] and ns.max_steps == 3
+    assert ns.task_idx == [1, 2] and ns.max_steps == 3 and ns.scenario == ["s", "t"] and ns.scenario_file == "f"
+    for refused in (["--scenario", "a", "b"], ["--max_step", "3"], ["--all"]):
+        with pytest.raises(SystemExit):
+            capture.parse_args(["--data", "d", "--policy", "replay:p", "--output", "o", "--scenario", "s", *refused])
 
 
 # --------------------------------------------------------------------------------------------

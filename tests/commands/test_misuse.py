@@ -166,8 +166,6 @@ def _options(command: str) -> list[tuple[str, bool]]:
     """(flag, takes a value) of every long option of ``command``: one per field of its dataclasses (a switch takes
     an optional value), plus the ``--no_`` complement of a switch that defaults to true."""
     module = importlib.import_module(COMMANDS[command][0])
-    if command == "capture":  # still on its argparse parser until it moves to echo_trl.command_line
-        return _argparse_options(module.build_parser())
     out = []
     for dtype in module.make_parser().dataclass_types:
         for f in dataclasses.fields(dtype):
@@ -175,17 +173,6 @@ def _options(command: str) -> list[tuple[str, bool]]:
                 out.append((f"--{f.name}", True))
                 if f.default is True:
                     out.append((f"--no_{f.name}", False))
-    return out
-
-
-def _argparse_options(parser) -> list[tuple[str, bool]]:
-    """capture's options, read from argparse's action list (the parser has no dataclasses yet)."""
-    parser.format_help()  # registers the underscore spellings
-    out = []
-    for action in parser._actions:
-        longs = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
-        if longs:
-            out.append((longs[0], action.nargs != 0))
     return out
 
 

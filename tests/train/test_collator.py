@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -172,3 +173,24 @@ def test_a_datasets_quality_columns_override_the_cached_quality(monkeypatch, tmp
         derived, overridden = (trajectory_features(tok, row, settings) for row in rows)
         assert derived.quality["correct_pct"] == 50.0 and not derived.passes and sum(derived.world_mask) == 0
         assert overridden.quality["correct_pct"] == 90.0 and overridden.passes and sum(overridden.world_mask) > 0
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [(math.nan, "NaN is not a log-prob"), (-1e30, "-1e+30 is below the floor -50"), (50.0, "50 is above 0")],
+)
+def test_a_recorded_behavior_logprob_out_of_range_is_refused_where_it_enters_the_loss(bad, problem):
+    """NaN marks "not recorded" in the batch (the trainer fills in the policy's own: ratio 1), so a recorded NaN
+    must never reach it; rows given in Python reach the collator without the dataset-level check."""
+    from echo_trl.data.schema import trajectory_to_row
+    from echo_trl.train.collator import TRAIN_INDEX
+
+    tok = tiny_tokenizer("qwen3")
+    n_action = sum(tokenize_with_roles(tok, traj()).action_mask)
+    values = [-0.5] * n_action
+    values[2] = bad
+    with pytest.raises(DatasetSchemaError, match=rf"^trajectory 'g': behavior_logprobs\[2\]: {re.escape(problem)}"):
+        trajectory_features(tok, traj(behavior=values), CollatorSettings())
+    row = {**trajectory_to_row(traj(behavior=values)), TRAIN_INDEX: 7}
+    with pytest.raises(DatasetSchemaError, match=r"^train_dataset row 7 \(group_id 'g'\): behavior_logprobs\[2\]: "):
+        trajectory_features(tok, row, CollatorSettings())

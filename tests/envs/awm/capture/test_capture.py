@@ -291,12 +291,17 @@ def test_recorded_episodes_become_scripts(tmp_path, captured_episode):
 def test_replaying_captured_episodes_reproduces_every_observation(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
     base = ["capture", "--data", str(LIBRARY), "--scenario", "library_1", "--task-idx", "0", "--task-idx", "4"]
-    assert (
-        cli([*base, "--policy", f"replay:{LIBRARY / 'solutions.jsonl'}", "--episodes", "6", "--output", str(first)])
-        == 0
+    # the first capture reads its flags from `--config cfg.yaml` (the command line adds --output)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"data: {LIBRARY}\nscenario: [library_1]\ntask_idx: [0, 4]\n"
+        f"policy: replay:{LIBRARY / 'solutions.jsonl'}\nepisodes: 6\nseed: 7\n"
     )
+    assert cli(["capture", "--config", str(cfg), "--output", str(first)]) == 0
     recorded = [json.loads(x) for f in sorted(first.glob("*.jsonl")) for x in f.read_text().splitlines()]
     assert len(recorded) == 12 and {r["reward"] for r in recorded} == {1.0, 0.0, -1.0}
+    assert {r["task_idx"] for r in recorded} == {0, 4}
+    assert json.loads((first / "capture_state.json").read_text())["settings"]["seed"] == 7
     assert cli([*base, "--policy", f"replay:{first}", "--output", str(again)]) == 0
     replayed = [json.loads(x) for f in sorted(again.glob("*.jsonl")) for x in f.read_text().splitlines()]
     assert len(replayed) == 12  # each recording once
