@@ -122,3 +122,26 @@ def test_train_and_sft_render_save_and_record_the_template(assets, tmp_path, com
     assert AutoTokenizer.from_pretrained(out).chat_template == text  # the trained model carries it
     card = (out / "README.md").read_text(encoding="utf-8")
     assert f"| chat template | `qwen2_5.jinja` (`chat_template_path`), sha256 `{template_digest(text)}` |" in card
+
+
+def test_capture_model_policy_plays_with_the_template_given(assets):
+    """`capture --policy model:PATH`: a ChatML template without tool calls is refused; the one given is played."""
+    from echo_trl.commands.capture_args import CaptureArguments
+    from echo_trl.commands.capture_run import model_policy, settings
+    from echo_trl.errors import EchoTrlError
+
+    root, model, template = assets
+    flags = dict(data=str(root), scenario=["library_1"], policy=f"model:{model}", output=str(root / "cap"))
+    with pytest.raises(EchoTrlError, match="tool calls"):
+        model_policy(CaptureArguments(**flags), str(model))  # its own template parses no tool calls
+    missing = CaptureArguments(**flags, chat_template_path=str(template.with_name("missing.jinja")))
+    with pytest.raises(EchoTrlError, match="--chat_template_path"):
+        model_policy(missing, str(model))
+    args = CaptureArguments(**flags, chat_template_path=str(template))
+    policy = model_policy(args, str(model))
+    assert policy.tokenizer.chat_template == template.read_text(encoding="utf-8")
+    messages = [{"role": "user", "content": "find book 7"}]
+    tools = [{"type": "function", "function": {"name": "get_book", "parameters": {"type": "object"}}}]
+    prompt = policy.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    assert "get_book" in prompt and prompt.endswith("<|im_start|>assistant\n")  # the tools reach the prompt
+    assert settings(args, policy.tokenizer)["chat_template_path"] == str(template)  # a rerun must keep it
