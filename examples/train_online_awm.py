@@ -16,6 +16,9 @@ Every ``echo-trl train`` flag (``EchoGRPOConfig`` and TRL's ``ModelConfig``, ``-
 ``--use_peft``) works here; the AWM flags below replace ``--dataset_name`` (the prompts are the
 scenario's tasks). ``path/to/awm1k_samples`` below stands for a directory of AWM-1K files
 (``gen_*.jsonl``, from the Hub dataset ``Snowflake/AgentWorldModel-1K``) holding ``content_platform_1``.
+``--awm_scenario_report`` (a report of ``echo-trl check-scenarios``) or ``--awm_check`` leaves out the
+scenarios and tasks the check marks unusable, e.g. a task whose untouched database already passes its
+verifier (a rollout that does nothing would score "complete"); ``--awm_include_unusable`` keeps them.
 
     python examples/train_online_awm.py --model_name_or_path Qwen/Qwen3-0.6B \\
         --awm_data data/awm_scenarios --awm_scenario library_1 --output_dir runs/online \\
@@ -105,6 +108,25 @@ class AWMOnlineArguments:
             "text; default: echo-trl's, or the official agent's with awm-agent)."
         },
     )
+    awm_scenario_report: str | None = field(
+        default=None,
+        metadata={
+            "help": "Report of `echo-trl check-scenarios` (its JSON file or output directory): the scenarios and "
+            "tasks it marks unusable (a database or server that fails, a broken verifier, a task whose untouched "
+            "database already passes) are left out."
+        },
+    )
+    awm_check: bool = field(
+        default=False,
+        metadata={
+            "help": "Check the scenarios first (`echo-trl check-scenarios`, into OUTPUT_DIR/scenario_check) and "
+            "leave out what the check marks unusable."
+        },
+    )
+    awm_include_unusable: bool = field(
+        default=False,
+        metadata={"help": "Train on the scenarios and tasks the scenario report marks unusable too (still listed)."},
+    )
 
 
 def make_parser():
@@ -167,11 +189,31 @@ def load_scenarios(awm_args: AWMOnlineArguments) -> list[tuple[object, str | Non
     return out
 
 
+def scenario_report(awm_args: AWMOnlineArguments, scenarios: list[tuple[object, str | None]], output_dir: str):
+    """The scenario report to screen with: ``--awm_scenario_report``, or a check run now (``--awm_check``)."""
+    from echo_trl.envs.awm.check.run import CheckSettings, check_scenarios
+    from echo_trl.envs.awm.check.usable import ScenarioReport
+    from echo_trl.envs.awm.scenario.source import ScenarioSource
+
+    if awm_args.awm_scenario_report:
+        return ScenarioReport.load(awm_args.awm_scenario_report)
+    if not awm_args.awm_check:
+        return None
+    results = {}
+    for i, data_dir in enumerate(dict.fromkeys(d for _, d in scenarios)):  # one check per data directory
+        source = ScenarioSource.from_dir(data_dir) if data_dir else ScenarioSource.from_hub(awm_args.awm_hub_repo)
+        names = tuple(sc.name for sc, d in scenarios if d == data_dir)
+        settings = CheckSettings(output=Path(output_dir) / "scenario_check" / str(i), scenarios=names)
+        results.update(ScenarioReport.from_report(check_scenarios(source, settings)).results)
+    return ScenarioReport(str(Path(output_dir) / "scenario_check"), results)
+
+
 def main(argv: list[str] | None = None) -> int:
     from trl import get_peft_config, get_quantization_config
 
     from echo_trl.data import awm_agent
     from echo_trl.data.formats import default_verify_turn
+    from echo_trl.envs.awm.check.usable import usable_selection
     from echo_trl.envs.awm.online.agent import awm_agent_environment_factory
     from echo_trl.envs.awm.online.dataset import awm_task_dataset
     from echo_trl.envs.awm.online.environment import awm_environment_factories, close_environments
@@ -185,6 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         raise EchoTrlError("give --awm_data DIR or --awm_hub_repo REPO (--awm_data wins when both are set)")
     scenarios = load_scenarios(awm_args)
     tasks = {sc.name: train_tasks(awm_args, sc.name, d) for sc, d in scenarios}
+    report = scenario_report(awm_args, scenarios, training_args.output_dir)
+    if report is not None:  # leave out what the report marks unusable, saying what and why
+        _, tasks, skipped = usable_selection(
+            report, [sc for sc, _ in scenarios], tasks, include_unusable=awm_args.awm_include_unusable
+        )
+        for line in skipped.lines(hint="--awm_include_unusable"):
+            print(f"train_online_awm.py: scenario report: {line}", file=sys.stderr)
+        scenarios = [(sc, d) for sc, d in scenarios if sc.name in tasks]
+        if not scenarios:
+            raise EchoTrlError("the scenario report marks every scenario and task asked for unusable")
     several = len(scenarios) > 1
     agent = awm_args.awm_format == "awm-agent"
     system_prompt = awm_args.awm_system_prompt or (awm_agent.SYSTEM_PROMPT if agent else None)
@@ -200,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_servers": awm_args.awm_max_servers,
         "stop_on_format_error": awm_args.awm_stop_on_format_error,
         "verify_turn": awm_args.awm_verify_turn or default_verify_turn(awm_args.awm_format),
+        "scenario_report": report,  # the environments also refuse a row of an unusable task
+        "include_unusable": awm_args.awm_include_unusable,
     }
     if agent:  # one environment for every scenario: the row's 'scenario' picks it
         factory = awm_agent_environment_factory([sc for sc, _ in scenarios], **env_kwargs)

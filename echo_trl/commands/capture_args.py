@@ -62,6 +62,15 @@ class CaptureArguments:
         json (`bool`, *optional*, defaults to `False`):
             Print the summary as one JSON object on stdout.
 
+        > Parameters that screen the scenarios (``echo-trl check-scenarios``)
+
+        scenario_report (`str` or `None`, *optional*):
+            A check's report (``scenario_report.json`` or its directory): its unusable scenarios and tasks are skipped.
+        check (`bool`, *optional*, defaults to `False`):
+            Check the scenarios first (into the output; a rerun reuses it) and skip what the check marks unusable.
+        include_unusable (`bool`, *optional*, defaults to `False`):
+            Play the scenarios and tasks the report marks unusable too (they are still listed in the log).
+
         > Parameters of the ``openai:URL`` policy (an OpenAI-compatible server)
 
         model (`str` or `None`, *optional*):
@@ -171,6 +180,27 @@ class CaptureArguments:
         default=None, metadata={"help": "scenario servers alive at once (default: --concurrency, <= 8)"}
     )
     json: bool = field(default=False, metadata={"help": "print the summary as one JSON object on stdout"})
+
+    # --- screening with a scenario check ---
+    scenario_report: str | None = field(
+        default=None,
+        metadata={
+            "help": "report of `echo-trl check-scenarios` (its scenario_report.json or output directory): the "
+            "scenarios and tasks it marks unusable are skipped",
+            "metavar": "PATH",
+        },
+    )
+    check: bool = field(
+        default=False,
+        metadata={
+            "help": "run `check-scenarios` on the selected scenarios first (into --output, reused by a rerun) and "
+            "skip what it marks unusable"
+        },
+    )
+    include_unusable: bool = field(
+        default=False,
+        metadata={"help": "play the scenarios and tasks the report marks unusable too (still listed in the log)"},
+    )
 
     # --- the openai:URL policy ---
     model: str | None = field(
@@ -294,9 +324,18 @@ class CaptureArguments:
             raise FlagValueError(
                 "--policy model: generates in this process, one episode at a time: use --concurrency 1"
             )
+        if self.scenario_report and self.check:
+            raise FlagValueError("--scenario-report and --check contradict each other: give a report or check now")
+        if self.include_unusable and not (self.scenario_report or self.check):
+            raise FlagValueError("--include-unusable needs --scenario-report PATH or --check")
         if self.openenv:
             if len(self.scenario or []) != 1 or self.scenario_file or self.all_scenarios:
                 raise FlagValueError("--openenv captures one scenario: give exactly one --scenario")
+            if self.scenario_report or self.check:
+                raise FlagValueError(
+                    "--openenv: the scenario is checked where it runs (the OpenEnv server); "
+                    "--scenario-report / --check screen local scenarios (--data / --hub)"
+                )
         elif not (self.scenario or self.scenario_file or self.all_scenarios):
             raise FlagValueError("give --scenario NAME (repeatable), --scenario-file FILE or --all-scenarios")
 

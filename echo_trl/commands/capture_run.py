@@ -66,6 +66,7 @@ def collect_local(
     lines[1:1] = [
         f"database{'' if one else ' ' + name}: {report}" for name, report in sorted(result.databases.items())
     ]
+    lines[1:1] = result.skipped
     return result.summary, lines, result.output
 
 
@@ -92,6 +93,9 @@ def collection_settings(args: CaptureArguments, scenarios: list[str], tokenizer)
         ),
         max_servers=args.max_servers,
         shaping=settings(args, tokenizer),
+        scenario_report=args.scenario_report,
+        check=args.check,
+        include_unusable=args.include_unusable,
     )
 
 

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "echo_trl.commands.materialize_model",
         "a real pretrained model from an installed package as a local model directory (offline)",
     ),
+    "check-scenarios": (
+        "echo_trl.commands.check_scenarios",
+        "AWM scenario and task health: databases, servers, verifiers, tasks that pass untouched",
+    ),
 }
 
 USAGE = "usage: echo-trl COMMAND [--help] [ARGS...]"

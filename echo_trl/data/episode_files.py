@@ -64,8 +64,16 @@ def parse_json(text: str) -> Any:
     )
 
 
-#: Files echo-trl writes beside episodes that are not episodes: the skipped report, capture's state and summary.
-OWN_REPORTS = ("skipped.jsonl", "capture_state.json", "capture_summary.json")
+#: Files echo-trl writes beside episodes that are not episodes: the skipped report, capture's state and summary, and
+#: the scenario check's results, state and report (``capture --check`` writes them into the capture's output).
+OWN_REPORTS = (
+    "skipped.jsonl",
+    "capture_state.json",
+    "capture_summary.json",
+    "scenario_check.jsonl",
+    "scenario_check_state.json",
+    "scenario_report.json",
+)
 
 
 def is_episode_file(path: Path) -> bool:

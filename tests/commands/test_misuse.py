@@ -189,6 +189,7 @@ REQUIRED = {
     "stats": [MISSING, "--tokenizer", MISSING],
     "eval-world-model": ["--model", MISSING, "--dataset", MISSING],
     "capture": ["--data", MISSING, "--scenario", "s", "--policy", f"replay:{MISSING}", "--output", "{dir}/out"],
+    "check-scenarios": [MISSING, "--output", "{dir}/out"],
     "train": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
     "sft": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
 }

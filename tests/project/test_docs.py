@@ -103,6 +103,7 @@ def unknown_flags(argv: list[str]) -> list[str]:
         "stats": "stats",
         "build-dataset": "build_dataset",
         "capture": "capture",
+        "check-scenarios": "check_scenarios",
         "eval-world-model": "eval_world_model",
         "materialize-model": "materialize_model",
     }[cmd]

@@ -6,7 +6,8 @@ Cut by job, each sub-package with its own docstring:
 * ``runtime``: a live scenario (contained server, verifier, episodes, the bounded server pool);
 * ``online``: TRL ``environment_factory`` environments for online GRPO / ECHO;
 * ``policies``: what plays an episode for ``echo-trl capture`` (replay, local model, OpenAI-compatible server);
-* ``capture``: many episodes collected at once into a resumable output, and capture from OpenEnv.
+* ``capture``: many episodes collected at once into a resumable output, and capture from OpenEnv;
+* ``check``: a health check of many scenarios (``echo-trl check-scenarios``) and what its report lets the others use.
 
 The general pieces they use live on echo_trl's ground floor: ``echo_trl.sandbox`` (bubblewrap
 containment), ``echo_trl.clients`` (MCP, OpenAI-compatible) and ``echo_trl.io`` (durable files).
@@ -53,6 +54,9 @@ _EXPORTS = {
     "AWMEnvironment": "online.environment",
     "OpenEnvAWMClient": "capture.openenv",
     "capture_openenv_episode": "capture.openenv",
+    "check_scenarios": "check.run",
+    "CheckSettings": "check.run",
+    "ScenarioReport": "check.usable",
 }
 
 __all__ = sorted(_EXPORTS)

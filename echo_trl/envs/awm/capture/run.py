@@ -19,6 +19,9 @@ from ....clients.openai import ClientError
 from ....io.outputs import check_output_dir
 from ....progress import progress
 from ....sandbox.bwrap import Containment
+from ..check.report import REPORT_FILE
+from ..check.run import CheckSettings, check_scenarios
+from ..check.usable import ScenarioReport, Skipped, as_report, usable_selection
 from ..policies.policy import PolicyError
 from ..policies.replay import ReplayPolicy
 from ..runtime.pool import ServerPool
@@ -51,6 +54,11 @@ class CollectionSettings:
         max_servers: the pool's bound; ``None``: ``min(concurrency, 8)``.
         shaping: the settings that shape the episodes, kept in the output: a rerun with others is refused
             (its groups would mix two policies).
+        scenario_report: a report of ``echo-trl check-scenarios`` (or its path): the scenarios and tasks it marks
+            unusable are skipped (and listed); ``None``: every one is played.
+        check: check the scenarios first (into the output, reused by a rerun) and skip what the check marks
+            unusable; a given ``scenario_report`` wins.
+        include_unusable: play the scenarios and tasks the report marks unusable too (still listed).
     """
 
     output: Path
@@ -64,6 +72,9 @@ class CollectionSettings:
     environment: AWMSettings = AWMSettings()
     max_servers: int | None = None
     shaping: Mapping[str, Any] = field(default_factory=dict)
+    scenario_report: Any = None
+    check: bool = False
+    include_unusable: bool = False
 
 
 @dataclass
@@ -76,6 +87,7 @@ class CollectionResult:
     not_runnable: list[str]
     containment: Containment
     databases: dict[str, str]  # scenario -> its database build report
+    skipped: list[str] = field(default_factory=list)  # what the scenario report made the run leave out, and why
 
 
 def episodes_for(policy: Any, episodes: int | None, scenario: str, task_idx: int) -> int:
@@ -90,8 +102,9 @@ def episodes_for(policy: Any, episodes: int | None, scenario: str, task_idx: int
 
 def select(
     settings: CollectionSettings, source: ScenarioSource, policy: Any
-) -> tuple[list[Scenario], dict[str, list[int]], list[str]]:
-    """The scenarios to run, their tasks (each range-checked) and the names skipped for lack of server code."""
+) -> tuple[list[Scenario], dict[str, list[int]], list[str], Skipped]:
+    """The scenarios to run, their tasks (each range-checked), the names skipped for lack of server code and
+    what the scenario report made the run skip."""
     scenarios, not_runnable = [], []
     for name in settings.scenarios:
         scenario = source.load(name)
@@ -112,12 +125,36 @@ def select(
             sc.task(k)  # range check with a clear error before anything starts
         if ks:
             tasks[sc.name] = list(ks)
+    skipped = Skipped()
+    report = scenario_report(settings, source, tuple(tasks))
+    if report is not None and tasks:
+        scenarios, tasks, skipped = usable_selection(
+            report, [sc for sc in scenarios if sc.name in tasks], tasks, include_unusable=settings.include_unusable
+        )
+        if not tasks:
+            raise PolicyError(f"no task to play: {' '.join(skipped.lines(hint='--include_unusable'))}")
     if not tasks:
         raise PolicyError(
             "no task to play: "
             + ("the replay file has no scripts for these scenarios" if scenarios else "no scenario with server code")
         )
-    return scenarios, tasks, not_runnable
+    return scenarios, tasks, not_runnable, skipped
+
+
+def scenario_report(
+    settings: CollectionSettings, source: ScenarioSource, names: tuple[str, ...]
+) -> ScenarioReport | None:
+    """The report the run screens scenarios and tasks with: the given one, or a check of ``names`` run now."""
+    if settings.scenario_report is not None or not settings.check:
+        return as_report(settings.scenario_report)
+    check = CheckSettings(
+        output=Path(settings.output),
+        scenarios=names,
+        concurrency=settings.max_servers or min(settings.concurrency, 8),
+        verifier_timeout=settings.environment.verifier_timeout,
+        unsafe_no_sandbox=settings.environment.unsafe_no_sandbox,
+    )
+    return ScenarioReport.from_report(check_scenarios(source, check), str(Path(settings.output) / REPORT_FILE))
 
 
 def collect(
@@ -131,7 +168,7 @@ def collect(
     """Collect into ``settings.output`` (see the module docstring); ``on_record`` sees each finished record
     before it is stored. A policy or server failure stops the run: the error says how many episodes of this
     run were kept, and the same command continues it."""
-    scenarios, tasks, not_runnable = select(settings, source, policy)
+    scenarios, tasks, not_runnable, skipped = select(settings, source, policy)
     out = check_output_dir(Path(settings.output))
     store = EpisodeStore(out)
     store.acquire()
@@ -178,5 +215,8 @@ def collect(
         "concurrency": settings.concurrency,
         "server_starts": stats.starts,
     }
+    skipped_lines = skipped.lines(hint="--include_unusable")
+    if skipped_lines:  # what this run's scenario report left out (or kept although unusable), and why
+        summary["run"]["scenario_report"] = skipped_lines
     write_summary(out, summary)
-    return CollectionResult(out, summary, tasks, not_runnable, containment, dict(stats.databases))
+    return CollectionResult(out, summary, tasks, not_runnable, containment, dict(stats.databases), skipped_lines)

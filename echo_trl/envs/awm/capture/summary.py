@@ -35,7 +35,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     steps: Counter[str] = Counter()
     tokens = Counter()
     align = Counter()
+    verify_only: Counter[str] = Counter()
     for rec in records:
+        if only_verified(rec):
+            verify_only[rec.get("reward_type", "?")] += 1
         by_scenario[rec.get("scenario", "?")].append(float(rec.get("reward", 0.0)))
         outcomes[rec.get("reward_type", "?")] += 1
         for step in [*rec.get("steps", []), *([rec["verification"]] if "verification" in rec else [])]:
@@ -65,7 +68,28 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_errors": sum(steps[k] for k in TOOL_ERRORS),
         "tokens": {"prompt": tokens["prompt"], "completion": tokens["completion"]},
         "logprobs": dict(align),
+        "verify_only": {"episodes": sum(verify_only.values()), "outcomes": dict(sorted(verify_only.items()))},
     }
+
+
+def only_verified(record: dict[str, Any]) -> bool:
+    """The episode's only action on the environment was the verifier: no tool call before it.
+
+    Such a rollout is judged on the untouched initial database; one that scores ``complete`` means the task
+    rewards doing nothing (``echo-trl check-scenarios`` reports the task ``already_satisfied``). The verifier
+    step is the harness's (its observation, in upstream's shape, names no tool), in ``steps`` or ``verification``.
+    """
+    steps = record.get("steps") or []
+    verifier = [s for s in steps if _is_verifier_step(s)]
+    return len(verifier) == len(steps) and bool(verifier or record.get("verification"))
+
+
+def _is_verifier_step(step: Any) -> bool:
+    return (
+        isinstance(step, dict)
+        and (step.get("action") or {}).get("tool_name") == "verify"
+        and "tool_name" not in (step.get("observation") or {})
+    )
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -81,6 +105,17 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"steps: {summary['steps']}; format errors: {summary['format_errors']}; tool errors: {summary['tool_errors']}",
         f"tokens: prompt {summary['tokens']['prompt']}, completion {summary['tokens']['completion']}",
     ]
+    only = summary.get("verify_only") or {"episodes": 0}
+    if only["episodes"]:
+        lines.append(
+            f"episodes that only called verify (no tool call): {only['episodes']}, outcomes "
+            f"{json.dumps(only['outcomes'], sort_keys=True)}"
+            + (
+                "; 'complete' ones reward doing nothing (`echo-trl check-scenarios` names such tasks)"
+                if only["outcomes"].get("complete")
+                else ""
+            )
+        )
     if lp.get("turns"):
         lines.append(
             f"sampled turns: {lp['turns']}, with token ids and log-probs {lp.get('turns_with_logprobs', 0)}, "

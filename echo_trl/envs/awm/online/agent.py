@@ -15,9 +15,11 @@ runs it after the rollout), as in the official agent.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ....data import awm_agent
+from ..check.usable import ScenarioReport, screen_scenarios
 from ..runtime.agent_turns import agent_reply
 from ..runtime.pool import ServerPool
 from ..runtime.settings import AWMSettings
@@ -66,12 +68,15 @@ def awm_agent_environment_factory(
     *,
     pool: ServerPool | None = None,
     settings: AWMSettings | None = None,
+    scenario_report: ScenarioReport | dict[str, Any] | str | Path | None = None,
+    include_unusable: bool = False,
     **options: Any,
 ) -> Callable[[], AWMAgentEnvironment]:
     """One factory for every scenario (rows choose by their ``scenario`` column); nothing starts until used.
 
     ``settings`` and ``options`` as for :func:`~echo_trl.envs.awm.online.environment.awm_environment_factory`;
-    ``verify_turn`` is ``omit`` here (the only one this environment can have).
+    ``verify_turn`` is ``omit`` here (the only one this environment can have). ``scenario_report`` and
+    ``include_unusable`` as for :func:`~echo_trl.envs.awm.online.environment.awm_environment_factories`.
     """
     settings = (settings or AWMSettings()).replace(**{"verify_turn": "omit", **options})
     if settings.verify_turn != "omit":
@@ -79,6 +84,7 @@ def awm_agent_environment_factory(
             "the awm-agent environment has exactly list_tools and call_tool, so the verifier cannot "
             "enter the conversation online: use verify_turn='omit' (get_reward runs it)"
         )
+    scenarios, unusable = screen_scenarios(scenarios, scenario_report, include_unusable=include_unusable)
     pool = resolve_pool(pool, settings)
     for sc in scenarios:
         pool.add(sc)
@@ -88,6 +94,7 @@ def awm_agent_environment_factory(
         {
             "_pool": pool,
             "_settings": settings,
+            "_unusable_tasks": unusable,
             "__doc__": f"AWM scenarios {sorted(sc.name for sc in scenarios)} in the official agent's format.",
         },
     )

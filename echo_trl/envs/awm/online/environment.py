@@ -37,14 +37,16 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ....data.formats import VERIFY_TURNS
 from ....data.tools import serialize_output
+from ..check.usable import ScenarioReport, screen_scenarios
 from ..runtime.episode import Episode
 from ..runtime.pool import ServerPool
 from ..runtime.settings import AWMSettings
-from ..scenario.source import Scenario, ScenarioSource
+from ..scenario.source import Scenario, ScenarioError, ScenarioSource
 from .tools import make_tool_method, tool_identifier
 
 
@@ -56,6 +58,7 @@ class AWMEnvironment:
     _pool: ServerPool
     _default_task_idx: int | None = None
     _settings: AWMSettings = AWMSettings()
+    _unusable_tasks: dict[tuple[str, int], str] = {}  # (scenario, task_idx) -> why, from a scenario report
 
     def __init__(self) -> None:
         self._episode: Episode | None = None
@@ -77,6 +80,13 @@ class AWMEnvironment:
                 "awm_environment_factory)"
             )
         self._task_idx = int(task_idx)
+        why = self._unusable_tasks.get((scenario, self._task_idx))
+        if why is not None:
+            raise ValueError(
+                f"AWM environment: task {self._task_idx} of scenario {scenario!r} is unusable per the scenario "
+                f"report ({why}); leave it out of the prompts (awm_task_dataset(..., scenario_report=...)) or pass "
+                "include_unusable=True to the factory"
+            )
         _close_episode(self.__dict__)
         self._episode = self._pool.new_episode(
             scenario, self._task_idx, format_error_ends_episode=self._settings.stop_on_format_error
@@ -149,7 +159,12 @@ _factory_pools: list[ServerPool] = []
 
 
 def environment_class(
-    pool: ServerPool, scenario: Scenario, settings: AWMSettings, *, task_idx: int | None = None
+    pool: ServerPool,
+    scenario: Scenario,
+    settings: AWMSettings,
+    *,
+    task_idx: int | None = None,
+    unusable_tasks: dict[tuple[str, int], str] | None = None,
 ) -> type[AWMEnvironment]:
     """The TRL environment class of ``scenario`` on ``pool`` (one method per MCP tool, + ``verify``)."""
     verify_turn = settings.verify_turn
@@ -172,6 +187,7 @@ def environment_class(
             "_pool": pool,
             "_default_task_idx": task_idx,
             "_settings": settings,
+            "_unusable_tasks": dict(unusable_tasks or {}),
             "__doc__": f"AWM scenario {scenario.name!r} as a TRL environment ({len(tools)} MCP tools).",
         },
     )
@@ -205,6 +221,8 @@ def awm_environment_factory(
     task_idx: int | None = None,
     pool: ServerPool | None = None,
     settings: AWMSettings | None = None,
+    scenario_report: ScenarioReport | dict[str, Any] | str | Path | None = None,
+    include_unusable: bool = False,
     **options: Any,
 ) -> Callable[[], AWMEnvironment]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)`` (one scenario).
@@ -216,10 +234,20 @@ def awm_environment_factory(
     one of ``max_servers`` when not given). ``close_environments()`` (or interpreter exit) stops
     everything. Generated code runs in the bwrap sandbox; ``unsafe_no_sandbox=True`` runs it uncontained
     (refused otherwise where no sandbox can be had). ``task_idx``: the task of rows without a ``task_idx``.
+    ``scenario_report`` (``echo-trl check-scenarios``' report, or its path): a scenario it marks unusable is
+    refused, and a row of a task it marks unusable (e.g. ``already_satisfied``) is refused at ``reset``, unless
+    ``include_unusable``.
     """
     settings = (settings or AWMSettings()).replace(**options)
     sc = source if isinstance(source, Scenario) else source.load(scenario or "")
-    return make_factory(environment_class(resolve_pool(pool, settings), sc, settings, task_idx=task_idx))
+    kept, unusable = screen_scenarios([sc], scenario_report, include_unusable=include_unusable)
+    if not kept:
+        raise ScenarioError(
+            "the scenario report marks it (or every task of it) unusable; include_unusable=True uses it anyway",
+            scenario=sc.name,
+        )
+    cls = environment_class(resolve_pool(pool, settings), sc, settings, task_idx=task_idx, unusable_tasks=unusable)
+    return make_factory(cls)
 
 
 def awm_environment_factories(
@@ -227,6 +255,8 @@ def awm_environment_factories(
     *,
     pool: ServerPool | None = None,
     settings: AWMSettings | None = None,
+    scenario_report: ScenarioReport | dict[str, Any] | str | Path | None = None,
+    include_unusable: bool = False,
     **options: Any,
 ) -> dict[str, Callable[[], AWMEnvironment]]:
     """``{scenario name: factory}`` for TRL's multi-environment mode, all on one server pool.
@@ -234,14 +264,17 @@ def awm_environment_factories(
     Rows choose their environment by their ``environment`` column, which
     :func:`~echo_trl.envs.awm.online.dataset.awm_task_dataset` sets to the row's ``scenario``. Each
     scenario's first server starts here (for its tool list) and is closed again when the pool needs room.
-    ``settings`` and ``options`` as for :func:`awm_environment_factory`.
+    ``settings`` and ``options`` as for :func:`awm_environment_factory`. ``scenario_report``: the scenarios it marks
+    unusable (or whose every task is) are left out, with a logged warning naming them and why, and rows of the
+    tasks it marks unusable are refused at ``reset``, unless ``include_unusable``.
     """
     settings = (settings or AWMSettings()).replace(**options)
     names = [sc.name for sc in scenarios]
     if len(set(names)) != len(names):
         raise ValueError(f"scenario names repeat: {names}")
+    kept, unusable = screen_scenarios(scenarios, scenario_report, include_unusable=include_unusable)
     pool = resolve_pool(pool, settings)
-    return {sc.name: make_factory(environment_class(pool, sc, settings)) for sc in scenarios}
+    return {sc.name: make_factory(environment_class(pool, sc, settings, unusable_tasks=unusable)) for sc in kept}
 
 
 def close_environments() -> None:
