@@ -117,7 +117,7 @@ def test_one_echo_grpo_step(smollm2, tokenizer, tmp_path):
         max_steps=1,
         per_device_train_batch_size=2,
         num_generations=2,
-        max_completion_length=96,
+        max_completion_length=256,  # cut at a message end: 96 kept no tool result (no env token)
         learning_rate=1e-5,
         use_cpu=True,
         report_to="none",
@@ -147,7 +147,7 @@ def test_one_sft_step(smollm2, tokenizer, tmp_path):
         output_dir=str(tmp_path),
         max_steps=1,
         per_device_train_batch_size=2,
-        max_completion_length=96,
+        max_completion_length=256,  # cut at a message end: 96 kept no tool result (no env token)
         learning_rate=1e-5,
         use_cpu=True,
         report_to="none",
