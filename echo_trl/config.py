@@ -120,6 +120,13 @@ class EchoGRPOConfig(GRPOConfig):
         prefix_sharing_min_tokens (`int`, *optional*, defaults to `64`):
             Shorter common prefixes are forwarded per row (sharing them costs more than it saves).
 
+        > Parameters that control the rendering
+
+        chat_template_path (`str` or `None`, *optional*):
+            Render (and, online, generate) with this chat template instead of the tokenizer's: a `.jinja` file or a
+            tokenizer (directory or Hub id) to take it from, as TRL's `SFTConfig.chat_template_path` (TRL 1.16's
+            `GRPOConfig` has no such field). It enters the token cache's key and the model card.
+
         > Parameters that control the behaviour policy offline
 
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
@@ -271,6 +278,15 @@ class EchoGRPOConfig(GRPOConfig):
         },
     )
 
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Render (and, online, generate) with this chat template instead of the tokenizer's: a .jinja "
+            "file, or a tokenizer (local directory or Hub id) to take its template from, as TRL's "
+            "SFTConfig.chat_template_path. A template taken from a tokenizer must not need special tokens this "
+            "vocabulary lacks (a .jinja file renders them as text)."
+        },
+    )
     max_rendered_chars: int | None = field(
         default=DEFAULT_MAX_RENDERED_CHARS,
         metadata={

@@ -217,6 +217,7 @@ class EchoSFTTrainer(SFTTrainer):
                 self.state.log_history,
                 base_model=getattr(self.model.config, "name_or_path", None),
                 reward_filter=self.reward_filter.summary(),
+                chat_template=getattr(trl_compat.tokenizer(self), "chat_template", None),
             )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

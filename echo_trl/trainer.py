@@ -24,6 +24,7 @@ from .config import TRL_MAX_COMPLETION_LENGTH, EchoGRPOConfig
 from .data.citations import ECHO_PAPER
 from .errors import EchoTrlError
 from .prefix.attention import enable_prefix_tree_attention, sharing_refusal
+from .tokens.chat_template import with_chat_template_path
 from .train import metrics, offline, trl_compat
 from .train.batch import CompletionMasks, GeneratedRollouts, LossForward, fill_unrecorded_old_logps
 from .train.collator import TRAIN_INDEX, CollatorSettings
@@ -86,6 +87,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         reward_funcs = offline.reward_source(
             reward_funcs, args, offline=is_offline, environment=environment_factory is not None
         )
+        processing_class = with_chat_template_path(model, processing_class, args)  # TRL's GRPOTrainer has none
         super().__init__(
             model,
             reward_funcs=reward_funcs,
@@ -298,6 +300,7 @@ class EchoGRPOTrainer(GRPOTrainer):
                 self.args,
                 self.state.log_history,
                 base_model=getattr(self.model.config, "name_or_path", None),
+                chat_template=getattr(trl_compat.tokenizer(self), "chat_template", None),
             )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

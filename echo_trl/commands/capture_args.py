@@ -105,6 +105,10 @@ class CaptureArguments:
             Sampling seed.
         trust_remote_code (`bool`, *optional*, defaults to `False`):
             Allow the model's own code to run.
+        chat_template_path (`str` or `None`, *optional*):
+            Render with this chat template instead of the tokenizer's (TRL's ``chat_template_path``: a ``.jinja``
+            file or a tokenizer to take it from): the ``model:PATH`` policy's prompts and the tokenizer that
+            sampled log-probs are aligned with.
         format (`str`, *optional*, defaults to `"chat-template"`):
             The conversation the policy speaks: ``chat-template`` or ``awm-agent`` (the official AWM agent's).
         system_prompt (`str`, *optional*, defaults to the chat-template prompt):
@@ -262,6 +266,13 @@ class CaptureArguments:
     temperature: float = field(default=1.0, metadata={"help": "model policy: sampling temperature"})
     seed: int = field(default=0, metadata={"help": "model policy: sampling seed"})
     trust_remote_code: bool = field(default=False, metadata={"help": "model policy: allow the model's own code"})
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "model policy and log-prob alignment: render with this chat template (a .jinja file or a "
+            "tokenizer to take it from, TRL's convention) instead of the tokenizer's"
+        },
+    )
 
     # --- the environment ---
     verifier_mode: str = field(

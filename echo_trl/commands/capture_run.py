@@ -122,6 +122,7 @@ def settings(args: CaptureArguments, tokenizer) -> dict:
         "stop_on_format_error",
         "verifier_mode",
         "logprobs",
+        "chat_template_path",
     )
     return {**{k: getattr(args, k) for k in keys}, "tokenizer": getattr(tokenizer, "name_or_path", None)}
 
@@ -172,6 +173,7 @@ def build_policy(args: CaptureArguments):
         return policy, None, policy.tokenizer
     from ..clients.openai import OpenAIClient
     from ..envs.awm.policies.openai import OpenAIPolicy
+    from ..tokens.chat_template import apply_chat_template_path
     from ..tokens.sampled import load_tokenizer
 
     if not args.model:
@@ -205,6 +207,7 @@ def build_policy(args: CaptureArguments):
                 trust_remote_code=args.trust_remote_code,
                 local_files_only=not (args.tokenizer or args.tokenizer_from_hub),
             )
+            apply_chat_template_path(tokenizer, args.chat_template_path, trust_remote_code=args.trust_remote_code)
         except EchoTrlError:
             if args.tokenizer:
                 raise
@@ -250,9 +253,15 @@ def model_policy(args: CaptureArguments, target: str):
         system_prompt = None if args.system_prompt == DEFAULT_SYSTEM_PROMPT else system_prompt
     else:
         cls = ModelPolicy
+    from ..tokens.chat_template import apply_chat_template_path
+
+    def prepare(tokenizer):  # before the policy checks the template can call tools
+        return apply_chat_template_path(tokenizer, args.chat_template_path, trust_remote_code=args.trust_remote_code)
+
     return cls.from_pretrained(
         target,
         trust_remote_code=args.trust_remote_code,
+        prepare_tokenizer=prepare,
         max_steps=args.max_steps,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,

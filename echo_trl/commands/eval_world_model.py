@@ -38,6 +38,9 @@ class EvalWorldModelArguments:
             Split to read (Hub datasets / DatasetDict directories).
         tokenizer (`str` or `None`, *optional*):
             Tokenizer (default: the model's).
+        chat_template_path (`str` or `None`, *optional*):
+            Render with this chat template instead of the tokenizer's (TRL's ``chat_template_path``: a ``.jinja``
+            file or a tokenizer directory / Hub id to take it from).
         limit (`int` or `None`, *optional*):
             Evaluate only the first this many trajectories.
 
@@ -70,6 +73,14 @@ class EvalWorldModelArguments:
     )
     split: str = field(default="train", metadata={"help": "split to read (Hub datasets / DatasetDict directories)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer (default: the model's)"})
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "render with this chat template instead of the tokenizer's (as TRL's SFTConfig takes it: a "
+            ".jinja file, or a tokenizer directory / Hub id to take its template from)",
+            "metavar": "PATH",
+        },
+    )
     max_length: int | None = field(
         default=None, metadata={"help": "cut trajectories at a message end to at most this many tokens"}
     )
@@ -130,21 +141,26 @@ def main(argv: list[str]) -> int:
     from ..tokens.cache import tokenize_dataset
     from ..train.world_eval import evaluate_world_model  # torch: after parsing, so --help answers at once
 
-    for name, what in ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer")):
+    names = ((args.model, "model"), (args.dataset, "dataset"), (args.tokenizer, "tokenizer"))
+    for name, what in (*names, (args.chat_template_path, "--chat_template_path")):
         if name is not None:
             locate(name, what)  # every name checked before anything slow is loaded
     ds = load_dataset_named(args.dataset, split=args.split)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
     model = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    tokenizer = load_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
+    tokenizer = load_tokenizer(
+        args.tokenizer or args.model,
+        trust_remote_code=args.trust_remote_code,
+        chat_template_path=args.chat_template_path,
+    )
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     # the token cache train / sft / stats share (built when missing; with --limit only read if it exists)
     ds = tokenize_dataset(ds, tokenizer, build=args.limit is None, num_proc=args.num_proc) or ds
     result = evaluate_world_model(
         model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
     )
-    result = {"model": args.model, "dataset": args.dataset, **result}
+    result = {"model": args.model, "dataset": args.dataset, "chat_template_path": args.chat_template_path, **result}
     if args.json:
         print(json.dumps(result))
         return 0

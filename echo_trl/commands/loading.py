@@ -18,17 +18,24 @@ from ..data.store import damaged_dataset_message, load_echo_dataset, saved_datas
 from ..errors import EchoTrlError
 
 
-def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False):
-    """``AutoTokenizer`` for a local path or Hub id, with an error a user can act on."""
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, chat_template_path: str | None = None):
+    """``AutoTokenizer`` for a local path or Hub id, with an error a user can act on; rendering with the template
+    of ``chat_template_path`` (TRL's convention: a ``.jinja`` file or a tokenizer) when given."""
     from transformers import AutoTokenizer
+
+    from ..tokens.chat_template import apply_chat_template_path
 
     locate(name_or_path, "tokenizer")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise load_failure("tokenizer", name_or_path, exc) from None
+    apply_chat_template_path(tokenizer, chat_template_path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "chat_template", None):
-        raise EchoTrlError(f"tokenizer {name_or_path!r} has no chat template; ECHO renders trajectories with it")
+        raise EchoTrlError(
+            f"tokenizer {name_or_path!r} has no chat template; ECHO renders trajectories with it "
+            "(pass one with --chat_template_path)"
+        )
     return tokenizer
 
 

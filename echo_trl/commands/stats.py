@@ -26,7 +26,8 @@ examples:
   echo-trl stats outputs/awm_ds --tokenizer outputs/tiny-qwen3
   echo-trl stats data/episodes --tokenizer outputs/tiny-qwen3 --json
   echo-trl stats data/episodes --tokenizer outputs/tiny-qwen3 --show 0   # which tokens each loss sees
-  echo-trl stats outputs/awm_ds --tokenizer Qwen/Qwen3-0.6B --max_length 8192   # what a cut would remove"""
+  echo-trl stats outputs/awm_ds --tokenizer Qwen/Qwen3-0.6B --max_length 8192   # what a cut would remove
+  echo-trl stats outputs/awm_ds --tokenizer MODEL_DIR --chat_template_path qwen2_5.jinja   # another template"""
 
 #: rows listed one by one in the text report of ``--max_length`` (``--json`` lists all)
 LISTED_ROWS = 20
@@ -41,6 +42,9 @@ class StatsArguments:
 
         tokenizer (`str`):
             Tokenizer (with its chat template) of the model you will train: a directory or a Hub id.
+        chat_template_path (`str` or `None`, *optional*):
+            Render with this chat template instead of the tokenizer's (TRL's ``chat_template_path``: a ``.jinja``
+            file or a tokenizer directory / Hub id to take it from).
         split (`str`, *optional*, defaults to `"train"`):
             Dataset split to count.
         max_length (`int` or `None`, *optional*):
@@ -62,6 +66,14 @@ class StatsArguments:
 
     tokenizer: str = field(
         metadata={"help": "tokenizer (with its chat template) of the model you will train", "metavar": "MODEL_OR_PATH"}
+    )
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "render with this chat template instead of the tokenizer's (as TRL's SFTConfig takes it: a "
+            ".jinja file, or a tokenizer directory / Hub id to take its template from)",
+            "metavar": "PATH",
+        },
     )
     split: str = field(default="train", metadata={"help": "dataset split (default: train)"})
     max_length: int | None = field(
@@ -194,7 +206,9 @@ def format_truncation(report: dict[str, Any], episodes: int) -> str:
 
 def main(argv: list[str]) -> int:
     dataset_name, args = parse_args(argv)
-    tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
+    tokenizer = load_tokenizer(
+        args.tokenizer, trust_remote_code=args.trust_remote_code, chat_template_path=args.chat_template_path
+    )
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     dataset = load_trajectories(dataset_name, split=args.split)
     if args.show is not None:

@@ -142,6 +142,10 @@ def load_run_inputs(
         if name:
             locate(name, what)
     check_model_dir(model_args.model_name_or_path, "--model_name_or_path")  # a local one holds a model
+    if getattr(training_args, "chat_template_path", None):  # readable, before TRL's loader would raise
+        from ..tokens.chat_template import read_chat_template
+
+        read_chat_template(training_args.chat_template_path, trust_remote_code=training_args.trust_remote_code)
     check_output_dir(training_args.output_dir, flag="--output_dir")  # a file or read-only: before the work
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     train_dataset = load_split(script_args.dataset_name, script_args.dataset_train_split, any_schema=any_schema)

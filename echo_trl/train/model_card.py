@@ -18,6 +18,7 @@ from typing import Any
 
 from ..data.citations import AWM_CITATION
 from ..data.hub import is_hub_id
+from ..tokens.chat_template import template_label
 from .trl_compat import grpo_citation
 
 __all__ = ["echo_card_section", "add_echo_section", "final_metrics", "sft_card_section", "add_sft_section"]
@@ -73,8 +74,9 @@ def final_metrics(log_history: list[dict[str, Any]]) -> dict[str, tuple[int, flo
     return {k: out[k] for k in FINAL_METRICS if k in out}
 
 
-def echo_card_section(args, log_history: list[dict[str, Any]]) -> str:
-    """Markdown: ECHO settings, final world-model metrics and the AWM / GRPO citations."""
+def echo_card_section(args, log_history: list[dict[str, Any]], chat_template: str | dict | None = None) -> str:
+    """Markdown: ECHO settings (the chat template rendered with among them), final world-model metrics and the
+    AWM / GRPO citations."""
     policy = f"GRPO (TRL, loss_type={args.loss_type})" if args.use_policy_loss else "off (verifier-free ECHO)"
     filters = {
         k: getattr(args, k)
@@ -94,6 +96,7 @@ def echo_card_section(args, log_history: list[dict[str, Any]]) -> str:
         ),
         ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
         ("world-term rollout filters", ", ".join(f"{k}={v:g}" for k, v in filters.items()) or "none"),
+        ("chat template", template_label(chat_template, getattr(args, "chat_template_path", None))),
     ]
     lines = [
         SECTION_MARKER,
@@ -158,11 +161,18 @@ def fill_placeholders(text: str, *, base_model: str | None, model_ref: str) -> s
 
 
 def add_echo_section(
-    readme: str | Path, args, log_history: list[dict[str, Any]], *, base_model: str | None = None
+    readme: str | Path,
+    args,
+    log_history: list[dict[str, Any]],
+    *,
+    base_model: str | None = None,
+    chat_template: str | dict | None = None,
 ) -> Path:
     """Insert (or replace) the ECHO section of the card at ``readme``, before TRL's framework versions,
-    and fill TRL's placeholders (``base_model``: the name or path the model was loaded from)."""
-    return insert_section(readme, SECTION_MARKER, echo_card_section(args, log_history), args, base_model=base_model)
+    and fill TRL's placeholders (``base_model``: the name or path the model was loaded from; ``chat_template``:
+    the template the run rendered with)."""
+    section = echo_card_section(args, log_history, chat_template)
+    return insert_section(readme, SECTION_MARKER, section, args, base_model=base_model)
 
 
 def insert_section(readme: str | Path, marker: str, section: str, args, *, base_model: str | None = None) -> Path:
@@ -186,7 +196,9 @@ SFT_SECTION_MARKER = "## ECHO SFT stage"
 SFT_METRICS = ("eval_sft/ce_env", "eval_sft/ce_action", "sft/ce_env", "sft/ce_action", "sft/weighted_ce", "loss")
 
 
-def sft_card_section(args, log_history: list[dict[str, Any]], reward_filter: str | None = None) -> str:
+def sft_card_section(
+    args, log_history: list[dict[str, Any]], reward_filter: str | None = None, chat_template: str | dict | None = None
+) -> str:
     """Markdown: the stage (SFT with observation supervision), its role weights, episode filter and final metrics."""
     rows = [
         ("stage", "SFT (`EchoSFTTrainer`), before ECHO-GRPO"),
@@ -198,6 +210,7 @@ def sft_card_section(args, log_history: list[dict[str, Any]], reward_filter: str
         ("episodes (`min_reward`)", "all" if args.min_reward is None else f"reward >= {args.min_reward:g}"),
         ("world term on every episode (`world_all_episodes`)", str(bool(args.world_all_episodes))),
         ("max world-model tokens per observation", str(args.max_world_model_tokens or "all")),
+        ("chat template", template_label(chat_template, getattr(args, "chat_template_path", None))),
     ]
     lines = [
         SFT_SECTION_MARKER,
@@ -236,7 +249,8 @@ def add_sft_section(
     *,
     base_model: str | None = None,
     reward_filter: str | None = None,
+    chat_template: str | dict | None = None,
 ) -> Path:
     """Insert (or replace) the SFT stage's section of the card at ``readme`` (see :func:`add_echo_section`)."""
-    section = sft_card_section(args, log_history, reward_filter)
+    section = sft_card_section(args, log_history, reward_filter, chat_template)
     return insert_section(readme, SFT_SECTION_MARKER, section, args, base_model=base_model)

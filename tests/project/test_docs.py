@@ -57,6 +57,7 @@ CHECKED_DOCS = (
     "docs/reliability.md",
     "docs/prefix_sharing.md",
     "docs/benchmarks.md",
+    "docs/real_model.md",
 )
 #: Hand-written documents whose links and file names must resolve (docs/api.md is generated).
 LINKED_DOCS = (*CHECKED_DOCS, "CHANGELOG.md", "data/README.md", "examples/terminal/README.md")
@@ -108,11 +109,14 @@ def unknown_flags(argv: list[str]) -> list[str]:
         "capture": "capture",
         "check-scenarios": "check_scenarios",
         "eval-world-model": "eval_world_model",
+        "materialize-model": "materialize_model",
     }[cmd]
     mod = importlib.import_module(f"echo_trl.commands.{module}")
     try:
         if hasattr(mod, "build_parser"):
             return mod.build_parser().parse_known_args(rest)[1]
+        if not hasattr(mod, "parse_args"):  # a TrlParser command without its own parse_args
+            return mod.make_parser().parse_known_args(rest)[1]
         mod.parse_args(rest)
         return []
     except SystemExit:

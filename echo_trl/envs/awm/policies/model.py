@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,11 +46,22 @@ class ModelPolicy:
     _calls: int = field(default=0, repr=False)
 
     @classmethod
-    def from_pretrained(cls, path: str, *, trust_remote_code: bool = False, **kwargs: Any) -> ModelPolicy:
+    def from_pretrained(
+        cls,
+        path: str,
+        *,
+        trust_remote_code: bool = False,
+        prepare_tokenizer: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> ModelPolicy:
+        """Load model and tokenizer; ``prepare_tokenizer`` may change the tokenizer first (``capture
+        --chat_template_path`` gives it another chat template) before the template is checked."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            if prepare_tokenizer is not None:
+                tokenizer = prepare_tokenizer(tokenizer)
             model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
             raise PolicyError(f"cannot load model {path!r}: {exc}") from None
