@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .errors import EchoTrlError
 from .roles import WORLD_LOSS_TARGETS
 from .tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS
 
@@ -386,3 +387,14 @@ def validate_echo_settings(args) -> None:
             UserWarning,
             stacklevel=3,
         )
+
+
+def config_for(model, args) -> EchoGRPOConfig:
+    """``args``, or TRL's default for ``model`` (``<name>-ECHO``, as ``GRPOTrainer`` names ``<name>-GRPO``); anything
+    but an ``EchoGRPOConfig`` is refused (TRL's ``GRPOConfig`` lacks ECHO's fields)."""
+    if args is None:
+        name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+        return EchoGRPOConfig(f"{str(name).split('/')[-1]}-ECHO")
+    if not isinstance(args, EchoGRPOConfig):
+        raise EchoTrlError(f"EchoGRPOTrainer needs an EchoGRPOConfig, got {type(args).__name__}")
+    return args

@@ -20,17 +20,16 @@ from pathlib import Path
 import torch
 from trl import GRPOTrainer
 
-from .config import TRL_MAX_COMPLETION_LENGTH, EchoGRPOConfig
+from .config import TRL_MAX_COMPLETION_LENGTH, EchoGRPOConfig, config_for
 from .data.citations import ECHO_PAPER
-from .errors import EchoTrlError
-from .prefix.attention import enable_prefix_tree_attention, sharing_refusal
+from .prefix.attention import enable_sharing
 from .tokens.chat_template import with_chat_template_path
 from .train import metrics, offline, trl_compat
 from .train.batch import CompletionMasks, GeneratedRollouts, LossForward, fill_unrecorded_old_logps
 from .train.collator import TRAIN_INDEX, CollatorSettings
 from .train.finite import FiniteGuard, require_finite_weights
-from .train.loss import divisor_for, global_count, world_coeff_for, world_loss, world_totals
-from .train.model import capture_hidden_states, check_temperatures, context_length, logps_from_hidden
+from .train.loss import world_coeff_for, world_divisor, world_loss, world_totals
+from .train.model import capture_hidden_states, check_temperatures, context_length
 from .train.model_card import add_echo_section
 from .train.offline import EVAL_INDEX_COLUMN
 from .train.online_masks import add_online_masks
@@ -73,11 +72,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
-        if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
-            args = EchoGRPOConfig(f"{str(name).split('/')[-1]}-ECHO")
-        if not isinstance(args, EchoGRPOConfig):
-            raise EchoTrlError(f"EchoGRPOTrainer needs an EchoGRPOConfig, got {type(args).__name__}")
+        args = config_for(model, args)
         is_offline = train_dataset is not None and offline.is_trajectory_dataset(train_dataset)
         if args.max_completion_length is None and not is_offline:  # offline: whole recorded completions
             args.max_completion_length = TRL_MAX_COMPLETION_LENGTH  # generation needs a bound: TRL's default
@@ -106,14 +101,14 @@ class EchoGRPOTrainer(GRPOTrainer):
         )
         self._echo_settings = CollatorSettings.from_args(args, context_length(self.model))
         self._echo_warned: set[str] = set()
-        refusal = args.prefix_sharing and sharing_refusal(self.model, multimodal=trl_compat.is_vlm(self))
+        # Prefix-tree attention, after TRL installed the fused LM head it scores with; never inexact: where it
+        # cannot be exact, TRL's unshared forward, said in one line
+        refusal = args.prefix_sharing and enable_sharing(
+            (self.model, self.ref_model), multimodal=trl_compat.is_vlm(self)
+        )
         self._echo_offline, self._echo_share = is_offline, bool(args.prefix_sharing and not refusal)
-        if refusal:  # never inexact: the unshared forward, said in one line
+        if refusal:
             self._warn_once("prefix_sharing", f"prefix_sharing is off: {refusal} (TRL's unshared forward instead)")
-        if self._echo_share:  # prefix-tree attention, after TRL installed the fused LM head it scores with
-            for m in (self.model, self.ref_model):
-                if m is not None:
-                    enable_prefix_tree_attention(m)
         # The datasets, once, with what TRL's __init__ resolved (tokenizer, model): advantages, token cache,
         # starting-model log-probs (under ZeRO-3 / FSDP deferred to the first batch: ``_echo_starting_logps``)
         self.train_dataset, self.eval_dataset, self._echo_starting_logps = prepare_datasets(
@@ -132,7 +127,6 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_threads = RolloutThreads()  # a batch's environment work in flight together
         self._echo_guard = FiniteGuard.added_to(self)  # no non-finite loss, gradient or weight applied or saved
 
-    # ----------------------------------------------------------------------------------------
     # Datasets, samplers, checkpoints
 
     def evaluate(self, eval_dataset=None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"):
@@ -169,7 +163,6 @@ class EchoGRPOTrainer(GRPOTrainer):
         trl_compat.load_generation_buffer(self, checkpoint)
         self._echo_starting_logps.load(checkpoint)
 
-    # ----------------------------------------------------------------------------------------
     # Batches
 
     def _generate_and_score_completions(self, inputs):
@@ -222,11 +215,10 @@ class EchoGRPOTrainer(GRPOTrainer):
         self._echo_rollouts = trl_compat.generated_rollouts(result)
         return result
 
-    # ----------------------------------------------------------------------------------------
     # Loss
 
     def _compute_loss(self, model, inputs):
-        mode = self._mode()
+        mode = "train" if self.model.training else "eval"
         if "fp16" not in self._echo_warned and uses_fp16(model, self.accelerator):
             self._warn_once("fp16", FP16_WARNING)
         inputs = dict(inputs)  # the loss forward may fill old log-probs in: never touch TRL's buffered batch
@@ -253,29 +245,14 @@ class EchoGRPOTrainer(GRPOTrainer):
     def _current_coeff(self) -> float:
         return world_coeff_for(self.args, self.state.global_step, self.state.max_steps)
 
-    def _logps_at(self, temperature: float, model, inputs, forward, masks: CompletionMasks) -> torch.Tensor:
-        """Per-token log-probs at ``temperature``: TRL's own, or its hidden states re-projected (ECHO's tokens)."""
-        if math.isclose(temperature, self.temperature):
-            return forward.logps
-        return logps_from_hidden(model, forward.hidden, inputs["completion_ids"], masks.scored, temperature)
-
     def _world_term(self, model, inputs, forward: LossForward, mode: str) -> torch.Tensor:
         masks, training, a = CompletionMasks.of(inputs), mode == "train", self.args
-        logps = self._logps_at(a.world_loss_temperature, model, inputs, forward, masks)
+        logps = forward.logps_at(a.world_loss_temperature, self.temperature, model, masks.scored)
         # Metrics: the CE the world term trains on; held out, the true CE (temperature 1) the paper plots.
         held_out_t1 = not training and not math.isclose(a.world_loss_temperature, 1.0)
-        ce_logps = self._logps_at(1.0, model, inputs, forward, masks) if held_out_t1 else logps
-        world_items = inputs.get("world_num_items")
-        if world_items is None:
-            world_items = self.accelerator.gather(global_count(masks.world, a.world_loss_normalization)).sum()
-        accumulation = getattr(self, "current_gradient_accumulation_steps", a.gradient_accumulation_steps)
-        divisor = divisor_for(
-            world_items,
-            num_processes=self.accelerator.num_processes,
-            gradient_accumulation_steps=accumulation,
-            steps_per_generation=a.steps_per_generation,
-            training=training,
-        )
+        ce_logps = forward.logps_at(1.0, self.temperature, model, masks.scored) if held_out_t1 else logps
+        accum = getattr(self, "current_gradient_accumulation_steps", a.gradient_accumulation_steps)
+        divisor = world_divisor(inputs.get("world_num_items"), masks.world, a, self.accelerator, accum, training)
         wl = world_loss(logps, masks.world, normalization=a.world_loss_normalization, divisor=divisor)
         reduce = lambda t: self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum")  # noqa: E731
         totals = world_totals(ce_logps, masks, wl, reduce)
@@ -288,7 +265,6 @@ class EchoGRPOTrainer(GRPOTrainer):
         metrics.log_token_use(m, *forward.token_use(trained), reduce)
         return coeff * wl.loss
 
-    # ----------------------------------------------------------------------------------------
     # Model card and helpers
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None):
@@ -313,11 +289,9 @@ class EchoGRPOTrainer(GRPOTrainer):
             self.create_model_card(model_name=name or Path(self.args.output_dir).name)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        metrics.reduce_rates(trl_compat.metrics(self, self._mode()))  # (num, den) pairs: sum / sum, as AsyncGRPO logs
+        mode = "train" if self.model.training else "eval"
+        metrics.reduce_rates(trl_compat.metrics(self, mode))  # (num, den) pairs: sum / sum, as AsyncGRPO logs
         super().log(logs, start_time)
-
-    def _mode(self) -> str:
-        return "train" if self.model.training else "eval"
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._echo_warned:

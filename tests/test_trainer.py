@@ -4,6 +4,7 @@ exact accumulation, offline advantages, importance ratios, held-out CE, online e
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -724,10 +725,10 @@ def test_non_finite_log_prob_at_one_env_token_stops_training_before_the_update(t
     forward = trl_compat.shared_forward  # the loss forward of this trainer (prefix_sharing)
 
     def with_nan(*args, **kwargs):
-        logps, *rest = forward(*args, **kwargs)
-        logps = logps.clone()
+        shared = forward(*args, **kwargs)
+        logps = shared.logps.clone()
         logps[row, col] = float("nan")
-        return logps, *rest
+        return dataclasses.replace(shared, logps=logps)
 
     monkeypatch.setattr(trl_compat, "shared_forward", with_nan)
     before = copy.deepcopy(trainer.model.state_dict())

@@ -194,6 +194,17 @@ def sharing_refusal(model, *, multimodal: bool = False) -> str | None:
     return None
 
 
+def enable_sharing(models, *, multimodal: bool = False) -> str | None:
+    """Prefix-tree attention on each of ``models`` (``None`` entries skipped; the first is the policy), or, where
+    sharing could not be exact for the policy, the one-line reason (:func:`sharing_refusal`) and nothing changed."""
+    refusal = sharing_refusal(models[0], multimodal=multimodal)
+    if refusal is None:
+        for model in models:
+            if model is not None:
+                enable_prefix_tree_attention(model)
+    return refusal
+
+
 def _unwrap(model):
     """The ``transformers`` model inside DDP (``.module``) and PEFT (``get_base_model``) wrappers."""
     model = getattr(model, "module", model)

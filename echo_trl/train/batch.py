@@ -8,10 +8,13 @@ TRL's batch holds the left-padded ``prompt_ids`` / ``prompt_mask`` and the right
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .model import logps_from_hidden
 
 
 def forward_inputs(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -69,6 +72,13 @@ class LossForward:
     logps: torch.Tensor | None = None  # per completion token, with grad
     hidden: torch.Tensor | None = None
     tokens_run: int | None = None  # tokens the shared-prefix forward ran; None: TRL's padded forward (every column)
+
+    def logps_at(self, temperature: float, policy_temperature: float, model, scored: torch.Tensor) -> torch.Tensor:
+        """Per completion token log-probs at ``temperature``: TRL's own where it is TRL's (the policy's)
+        temperature, else the recorded hidden states re-projected at ``temperature`` (over ``scored``)."""
+        if math.isclose(temperature, policy_temperature):
+            return self.logps
+        return logps_from_hidden(model, self.hidden, self.inputs["completion_ids"], scored, temperature)
 
     def token_use(self, trained: torch.Tensor) -> tuple[int, int, int]:
         """``(own, run, trained)`` token counts of this forward: the rows' own (unpadded) tokens, the tokens run

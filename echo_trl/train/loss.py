@@ -142,6 +142,27 @@ def divisor_for(
     return divisor
 
 
+def world_divisor(
+    world_num_items: torch.Tensor | None,
+    world_mask: torch.Tensor,
+    args,
+    accelerator,
+    gradient_accumulation_steps: int,
+    training: bool,
+) -> torch.Tensor:
+    """:func:`divisor_for` of a micro-batch: its generation batch's world-token count as the collator recorded it
+    (``world_num_items``), else counted here and gathered over the processes (TRL's online batch)."""
+    if world_num_items is None:
+        world_num_items = accelerator.gather(global_count(world_mask, args.world_loss_normalization)).sum()
+    return divisor_for(
+        world_num_items,
+        num_processes=accelerator.num_processes,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        steps_per_generation=args.steps_per_generation,
+        training=training,
+    )
+
+
 def world_coeff_at(
     step: int,
     *,

@@ -8,6 +8,7 @@ step, the rows and the field, the weights are those of the last good step, and n
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -95,10 +96,10 @@ def test_the_grpo_term_is_checked_at_lambda_zero_too(tmp_path, monkeypatch):
     forward = trl_compat.shared_forward
 
     def with_nan(*args, **kwargs):
-        logps, *rest = forward(*args, **kwargs)
-        logps = logps.clone()
+        shared = forward(*args, **kwargs)
+        logps = shared.logps.clone()
         logps[row, col] = float("nan")
-        return logps, *rest
+        return dataclasses.replace(shared, logps=logps)
 
     monkeypatch.setattr(trl_compat, "shared_forward", with_nan)
     before = state(trainer)
