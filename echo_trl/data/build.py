@@ -291,8 +291,8 @@ def _problems_first(problems: list[EpisodeError], result: BuildResult, skipped_f
 def _run_parts(jobs: list[tuple[list[str], str, str]], options: _Options, show_progress: bool | None) -> list[_Part]:
     """Each job's part, in order: in this process for one job, else one process each; a strict build stops at the
     first part (in input order) that failed and never waits for the parts after it."""
-    if len(jobs) == 1:
-        return [_write_part(*jobs[0], options)]
+    if len(jobs) <= 1:  # none: no episode file was found (a lenient build reports why)
+        return [_write_part(*job, options) for job in jobs]
     parts: list[_Part] = []
     with ProcessPoolExecutor(len(jobs), mp_context=_context()) as pool:
         futures = [pool.submit(_write_part, *job, options) for job in jobs]
