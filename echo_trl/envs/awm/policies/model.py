@@ -85,7 +85,8 @@ class ModelPolicy:
     def finish_reason(self, ids: list[int]) -> str:
         """OpenAI's ``finish_reason`` of a sampled turn: ``"length"`` when it filled ``max_new_tokens`` without
         ending (capture's summary counts the turns cut at the token limit), else ``"stop"``."""
-        eos = self.model.generation_config.eos_token_id
+        config = getattr(self.model, "generation_config", None)  # a scripted subclass may hold no model
+        eos = getattr(config, "eos_token_id", None)
         eos = set(eos if isinstance(eos, list) else [eos, self.tokenizer.eos_token_id])
         return "length" if len(ids) >= self.max_new_tokens and (not ids or ids[-1] not in eos) else "stop"
 

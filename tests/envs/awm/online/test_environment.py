@@ -237,4 +237,6 @@ def test_plain_grpo_trainer_runs_online_steps(factory, tmp_path):
     assert all(key in h for h in logs)
     envs = trainer.environments
     assert len(envs) == 2 and all(e._episode is not None and e._episode.done for e in envs)
-    assert len(envs[0]._pool.live_servers()) == 1  # rollouts share the scenario's server, each on its own database
+    # the batch's servers were started ahead, one per open session at most, all of this one scenario
+    live = envs[0]._pool.live_servers()
+    assert 1 <= len(live) <= len(envs) and {name for name, _ in live} == {factory.environment_class._scenario.name}
