@@ -163,13 +163,14 @@ def test_a_link_to_the_output_stays_a_link(tmp_path):
 
 
 PAUSED_SAVE = textwrap.dedent("""
-    import sys, time, pathlib, datasets
-    real = datasets.Dataset.save_to_disk
-    def paused(self, path, **kw):
-        real(self, path, **kw)  # the new dataset is on disk, in the temporary sibling
-        pathlib.Path(sys.argv[1]).write_text(path)
+    import sys, time, pathlib
+    import echo_trl.data.build as build
+    real = build._finish_layout  # the streaming build's last step: shards and metadata in place
+    def paused(directory, shards):
+        real(directory, shards)  # the new dataset is on disk, in the temporary sibling
+        pathlib.Path(sys.argv[1]).write_text(str(directory))
         time.sleep(600)
-    datasets.Dataset.save_to_disk = paused
+    build._finish_layout = paused
     from echo_trl.commands.cli import main
     sys.exit(main(sys.argv[2:]))
 """)
