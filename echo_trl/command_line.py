@@ -221,6 +221,18 @@ def _fits(hint: type, value: Any) -> bool:
 # --- checks for __post_init__: the messages argparse's type functions gave ---------------------------------------
 
 
+def chat_template_path_field() -> Any:
+    """The ``--chat_template_path`` flag of the commands that tokenize, as TRL's ``SFTConfig`` takes it."""
+    return dataclasses.field(
+        default=None,
+        metadata={
+            "help": "render with this chat template instead of the tokenizer's (as TRL's SFTConfig takes it: a "
+            ".jinja file, or a tokenizer directory / Hub id to take its template from)",
+            "metavar": "PATH",
+        },
+    )
+
+
 def positive_int(flag: str, value: Any) -> None:
     """A count: an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from ..command_line import CommandParser, command_parser, parse_command, positive_int
+from ..command_line import CommandParser, chat_template_path_field, command_parser, parse_command, positive_int
 from ..data.hub import locate
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from .loading import load_dataset_named, load_model, load_tokenizer
@@ -73,14 +73,7 @@ class EvalWorldModelArguments:
     )
     split: str = field(default="train", metadata={"help": "split to read (Hub datasets / DatasetDict directories)"})
     tokenizer: str | None = field(default=None, metadata={"help": "tokenizer (default: the model's)"})
-    chat_template_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "render with this chat template instead of the tokenizer's (as TRL's SFTConfig takes it: a "
-            ".jinja file, or a tokenizer directory / Hub id to take its template from)",
-            "metavar": "PATH",
-        },
-    )
+    chat_template_path: str | None = chat_template_path_field()
     max_length: int | None = field(
         default=None, metadata={"help": "cut trajectories at a message end to at most this many tokens"}
     )

@@ -6,7 +6,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..command_line import CommandParser, FlagValueError, command_parser, parse_command, positive_int
+from ..command_line import (
+    CommandParser,
+    FlagValueError,
+    chat_template_path_field,
+    command_parser,
+    parse_command,
+    positive_int,
+)
 from ..data.card import plural
 from ..errors import EchoTrlError
 from ..tokens.cache import row_tokens, tokenize_dataset
@@ -67,14 +74,7 @@ class StatsArguments:
     tokenizer: str = field(
         metadata={"help": "tokenizer (with its chat template) of the model you will train", "metavar": "MODEL_OR_PATH"}
     )
-    chat_template_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "render with this chat template instead of the tokenizer's (as TRL's SFTConfig takes it: a "
-            ".jinja file, or a tokenizer directory / Hub id to take its template from)",
-            "metavar": "PATH",
-        },
-    )
+    chat_template_path: str | None = chat_template_path_field()
     split: str = field(default="train", metadata={"help": "dataset split (default: train)"})
     max_length: int | None = field(
         default=None,
