@@ -73,3 +73,15 @@ def _own_echo_cache(tmp_path_factory, monkeypatch):
     """Each test its own echo_trl cache (token columns, starting-model log-probs): no test passes on another's
     cached columns, and nothing is written under the home directory."""
     monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path_factory.mktemp("echo-cache")))
+
+
+@pytest.fixture(autouse=True)
+def _echo_trl_log_level():
+    """In-process command runs quiet the ``echo_trl`` logger (``quiet_libraries``: ERROR) for the process; each
+    test starts from the level it had before, so a warning another test's command silenced is still seen."""
+    import logging
+
+    logger = logging.getLogger("echo_trl")
+    level = logger.level
+    yield
+    logger.setLevel(level)

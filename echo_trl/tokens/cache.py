@@ -48,6 +48,7 @@ from ..data.schema import row_to_trajectory
 from ..io.atomic import move_dir_into_place, staging_dir
 from ..io.outputs import disk_full_error, is_disk_full
 from .quality import QUALITY_KEYS, rollout_quality, with_dataset_columns
+from .size_limit import max_rendered_chars
 from .tokenization import RoleTokens, tokenize_rows
 
 __all__ = [
@@ -153,8 +154,10 @@ def source_key(ds: datasets.Dataset) -> str:
 
 
 def token_cache_dir(ds: datasets.Dataset, tokenizer) -> Path:
-    """The cache directory of ``ds``'s source tokenized with ``tokenizer`` (which may not exist yet)."""
-    key = f"{source_key(ds)}/{tokenizer_fingerprint(tokenizer)}/{LAYOUT_VERSION}"
+    """The cache directory of ``ds``'s source tokenized with ``tokenizer`` (which may not exist yet). The
+    tokenizer's rendered-size bound is part of the key: a row over a tighter bound is refused, as without a cache,
+    instead of being read back from a cache built under a looser one."""
+    key = f"{source_key(ds)}/{tokenizer_fingerprint(tokenizer)}/{LAYOUT_VERSION}/{max_rendered_chars(tokenizer)}"
     return cache_root() / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

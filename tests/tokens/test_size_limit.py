@@ -82,7 +82,7 @@ def test_stats_names_the_row_size_limit_and_flag(tok, tmp_path, capsys):
     capsys.readouterr()
     assert cli_main([*argv, "--max_rendered_chars", "10000"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("echo-trl stats: error: row 1: ")
+    assert line.startswith("echo-trl stats: error: row 1 (group_id ")
     assert "rendered text is at least 20," in line and "limit of 10,000" in line and "--max_rendered_chars" in line
 
 
