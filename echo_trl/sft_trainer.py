@@ -76,7 +76,7 @@ class EchoSFTTrainer(SFTTrainer):
         self.sft_weights = SFTWeights.from_args(args)
         actions = args.action_weight > 0
         world = args.world_loss_target if args.observation_weight > 0 else None
-        if isinstance(train_dataset, Dataset):  # #32, before TRL's preparation drops the rows without a label
+        if isinstance(train_dataset, Dataset):  # before TRL's preparation drops the rows without a label
             require_trainable_tokens(train_dataset, "train_dataset", actions=actions, world_target=world)
         if isinstance(train_dataset, (Dataset, IterableDataset)):
             train_dataset, self.reward_filter = filter_by_reward(
@@ -102,7 +102,12 @@ class EchoSFTTrainer(SFTTrainer):
             peft_config=peft_config,
             formatting_func=formatting_func,
         )
-        guard_training(self, actions=actions, world_target=world)  # #32: untrainable batches, non-finite steps
+        if isinstance(self.train_dataset, Dataset) and len(self.train_dataset) == 0:  # TRL's sampler would raise
+            raise EchoTrlError(
+                "train_dataset: no row is left after TRL's preparation (a row whose trainable tokens all fall past "
+                f"max_length={args.max_length} is dropped; trajectories with long prompts need a larger --max_length)"
+            )
+        guard_training(self, actions=actions, world_target=world)  # untrainable batches, non-finite steps
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
         """TRL 1.16's hook (called by ``__init__`` and ``evaluate``): TRL's preparation, role weights in ``labels``."""

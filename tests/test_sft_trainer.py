@@ -266,6 +266,13 @@ def test_min_reward_keeps_the_rewarded_rows_or_trains_only_their_observations(tm
         assert classes == ({PLAIN, ACTION, OBSERVATION} if reward >= 0.5 else {OBSERVATION})
 
 
+def test_rows_whose_trainable_tokens_all_fall_past_max_length_are_refused_in_one_line(tmp_path):
+    """TRL drops a row with no label left after its truncation; a dataset it empties is named, not a sampler error."""
+    with pytest.raises(EchoTrlError, match=r"^train_dataset: no row is left after TRL's preparation .*max_length=4"):
+        echo(tmp_path / "cut", dataset(4), max_length=4)
+    assert len(echo(tmp_path / "whole", dataset(4), max_length=None).train_dataset) == 4  # the same rows, uncut
+
+
 # --------------------------------------------------------------------------------------------
 # Drop-in: signature, arguments, PEFT, templates
 
