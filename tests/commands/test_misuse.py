@@ -206,6 +206,7 @@ REQUIRED = {
     "check-scenarios": [MISSING, "--output", "{dir}/out"],
     "train": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
     "sft": ["--model_name_or_path", MISSING, "--dataset_name", MISSING, "--output_dir", "{dir}/out", "--use_cpu"],
+    "materialize-model": ["--model", MISSING, "--output_dir", "{dir}/out"],  # never a real (minutes-long) write
 }
 
 
