@@ -153,7 +153,6 @@ def meta_tool_schemas() -> list[dict[str, Any]]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
 # The list_tools reply
 
 
@@ -212,7 +211,6 @@ def list_tools_reply(tools: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines).strip()
 
 
-# --------------------------------------------------------------------------------------------
 # Parsing the agent's turns
 
 
@@ -221,9 +219,8 @@ def robust_json_loads(text: Any) -> Any:
 
     Blank text is ``{}``; lone surrogates are dropped (escaped ones replaced by U+FFFD); what ``json_repair``
     cannot read at all (it returns ``""`` or recurses too deep) is ``{}``, and so is a value holding NaN or
-    Infinity, which no JSON file can record (strict JSON is read first: :mod:`echo_trl.io.strict_json`).
-    Unlike the official helper, a string that names an existing
-    ``.json`` file is not read from disk (model output must never open local files).
+    Infinity, which no JSON file can record (strict JSON is read first: :mod:`echo_trl.io.strict_json`). Unlike
+    the official helper, a string naming an existing ``.json`` file is not read (model output never opens files).
     """
     if isinstance(text, list):
         return [robust_json_loads(item) for item in text]
@@ -238,15 +235,10 @@ def robust_json_loads(text: Any) -> Any:
         pass
     import json_repair
 
-    try:
+    try:  # hundreds of unclosed brackets, "" (unreadable), NaN / Infinity or nesting too deep to record: {}
         value = json_repair.loads(text)
-    except (RecursionError, ValueError):  # hundreds of unclosed brackets: unreadable, as json_repair's "" is
-        return {}
-    if value == "" or strict_json.non_finite_path(value) is not None:  # NaN / Infinity cannot be recorded
-        return {}
-    try:
-        return strict_json.scrub(value)[0]
-    except strict_json.StrictJSONError:  # nested too deep to record
+        return {} if value == "" or strict_json.non_finite_path(value) is not None else strict_json.scrub(value)[0]
+    except (RecursionError, ValueError, strict_json.StrictJSONError):
         return {}
 
 
@@ -351,7 +343,6 @@ def next_action(content: str) -> AgentAction:
     return action_for_call(calls[0].name, calls[0].arguments, ignored=len(calls) - 1)
 
 
-# --------------------------------------------------------------------------------------------
 # Reply texts
 
 
@@ -376,7 +367,6 @@ def tool_reply_text(texts: Sequence[str], is_error: bool) -> str:
     return error_text(text) if is_error else text
 
 
-# --------------------------------------------------------------------------------------------
 # Messages
 
 

@@ -51,7 +51,6 @@ class PoolError(EchoTrlError):
     """The pool cannot serve a call (closed, unknown scenario, no server free in time)."""
 
 
-# --------------------------------------------------------------------------------------------
 # The policy (pure)
 
 
@@ -101,7 +100,6 @@ def choose_slot(slots: Sequence[SlotState], scenario: str, occupant: str | None,
     return Decision("wait")
 
 
-# --------------------------------------------------------------------------------------------
 # Runtime wiring
 
 
@@ -120,8 +118,7 @@ class _Prepared:
 
 @dataclass
 class PoolStats:
-    """Counters a benchmark reads (server starts and their seconds, evictions, restores), and each scenario's
-    database build report (for the capture log)."""
+    """Counters a benchmark reads (starts and their seconds, evictions, restores); each scenario's build report."""
 
     starts: int = 0
     start_seconds: list[float] = field(default_factory=list)
