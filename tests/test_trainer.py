@@ -14,6 +14,7 @@ from datasets import Dataset
 from helpers.processes import free_port
 from helpers.tiny import tiny_model, tiny_tokenizer
 from helpers.trainer import (
+    assert_same_gradient,
     batch,
     count_forwards,
     dataset,
@@ -254,7 +255,7 @@ def test_gradient_accumulation_is_exact(tmp_path):
     for part in split_tensor_dict(gen, 2):
         split._compute_loss(split.model, part).backward()
     for (name, a), b in zip(whole.model.named_parameters(), split.model.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7, msg=name)
+        assert_same_gradient(b.grad, a.grad, name)
 
 
 @pytest.mark.parametrize("normalization", ["token", "sequence"])
@@ -300,7 +301,7 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
     share = n_window / (global_count(gen["world_mask"], normalization).item() * 2 / 4)
     assert share != pytest.approx(1.0)  # the window holds more than its share of the world tokens / rows
     for g, p in zip(got, trainer.model.parameters(), strict=True):
-        torch.testing.assert_close(g, (p.grad * share).to(g.dtype), rtol=1e-4, atol=1e-7)
+        assert_same_gradient(g, p.grad * share)
 
 
 def test_importance_ratio_uses_behavior_logprobs(tmp_path):
@@ -657,7 +658,7 @@ def test_two_processes_give_the_single_process_gradient(tmp_path, normalization)
     a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "ddp.pt")
     assert a.keys() == b.keys() and a
     for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-7, msg=name)
+        assert_same_gradient(b[name], a[name], name)
 
 
 # --------------------------------------------------------------------------------------------

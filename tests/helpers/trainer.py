@@ -143,3 +143,10 @@ def fixed_rollout(tok):
         }
 
     return rollout
+
+
+def assert_same_gradient(got: torch.Tensor, want: torch.Tensor, name: str = "") -> None:
+    """Equal up to float32 summation order: a sum in another order (other processes, other micro-batches)
+    rounds within a few ulps of the tensor's largest entry, while a wrong gradient misses by its own size."""
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got, want.to(got.dtype), rtol=1e-4, atol=1e-5 * scale, msg=name)
