@@ -110,7 +110,7 @@ class EchoGRPOTrainer(GRPOTrainer):
         if refusal:
             self._warn_once("prefix_sharing", f"prefix_sharing is off: {refusal} (TRL's unshared forward instead)")
         # The datasets, once, with what TRL's __init__ resolved (tokenizer, model): advantages, token cache,
-        # starting-model log-probs (under ZeRO-3 / FSDP deferred to the first batch: ``_echo_starting_logps``)
+        # the source of the starting-model log-probs each batch gets (``_echo_starting_logps``: nothing forwarded here)
         self.train_dataset, self.eval_dataset, self._echo_starting_logps = prepare_datasets(
             self, self.train_dataset, self.eval_dataset, self._echo_settings, share=self._echo_share
         )

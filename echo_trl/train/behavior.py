@@ -14,36 +14,42 @@ word (the column :data:`~echo_trl.train.collator.STARTING_LOGPS` is ``echo_initi
 :data:`CHECKPOINT_FILE` is ``echo_initial_logprobs.pt``), so caches, saved datasets and checkpoints written by
 earlier versions stay readable.
 
-:func:`with_starting_logps` computes them once per run, at trainer init: one no-gradient
-forward per trajectory of the starting model (in eval mode, under the trainer's autocast, at TRL's
-``temperature``, with prefix sharing when it is on), at the action tokens the collator keeps, for
-every row whose ``behavior_logprobs`` is null. They are stored as a column and cached the ``datasets``
-way, fingerprinted by the tokenized dataset, the starting model's weights and every setting that decides the
-numbers (the dataset by the content of its Arrow files, :func:`~echo_trl.data.content.dataset_content_key`):
-a later run (and a resumed
-one: trainers are built from the starting model, checkpoints are loaded later, in ``train()``)
-loads them instead of forwarding again. Rows that carry ``behavior_logprobs`` keep them.
+They are computed when training first uses a row (:class:`LazyStartingLogps`), not in a pass over the whole
+dataset before step 1: the first step comes as fast at 100k rows as at 1k. Each batch's missing rows get one
+no-gradient forward of the *starting* model (in eval mode, under the trainer's autocast, at TRL's ``temperature``,
+with prefix sharing when it is on), at the action tokens the collator keeps; rows whose ``behavior_logprobs`` is
+set keep those. The starting model, since the trainer's own has moved by then (:func:`starting_model`): under LoRA
+with a fresh adapter the trainer's model with its adapters disabled (TRL's reference-model pattern), else TRL's
+reference model when it holds the starting weights (``beta > 0``), else a frozen copy made at init (one more
+model in memory; ``behavior_policy="current"`` needs none).
 
-Processes share the work: each forwards every ``world_size``-th micro-batch of the grouped order and
-all of them gather the whole column.
+The values are appended, batch by batch, to a file under ``output_dir`` (:mod:`echo_trl.train.starting_store`, in a
+directory named by the fingerprint of the tokenized dataset, the starting model's weights and every setting that
+decides the numbers): a resumed run, or a later one with the same fingerprint, reads them instead of forwarding
+again, and a run killed after an hour keeps what it computed. A resume from a checkpoint of another directory also
+reads the store beside that checkpoint.
 
-Under DeepSpeed ZeRO-3 and FSDP the weights are sharded (or not yet placed) at trainer init, so the column
-is computed later, inside the prepared model, at the first training batch (before the first optimizer step,
-so from the starting weights): :class:`StartingLogps`. The sharded forward is collective, so every process
-runs the same number of forwards and lets the gathered weights go afterwards (:mod:`echo_trl.train.engines`);
-the fingerprint hashes every process's shard. The rows reach the collator with a row number
-(:data:`TRAIN_INDEX`) the column is looked up by. Checkpoints carry the column (:data:`CHECKPOINT_FILE`), and a
-resumed run takes it from there: it is never recomputed from trained weights.
+Under DeepSpeed ZeRO-3 and FSDP the weights are sharded (or not yet placed) at trainer init and the sharded forward
+is collective, so no frozen copy can be made and processes could not forward different numbers of batches: there
+the column is computed for the whole dataset inside the prepared model at the first training batch (before the
+first optimizer step, so from the starting weights), :class:`StartingLogps`. Every process runs the same number of
+forwards and lets the gathered weights go afterwards (:mod:`echo_trl.train.engines`); the fingerprint hashes every
+process's shard. Checkpoints carry that column (:data:`CHECKPOINT_FILE`), and a resumed run takes it from there: it
+is never recomputed from trained weights.
+
+Rows reach the collator with a row number (:data:`TRAIN_INDEX`) the values are looked up by.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
 import logging
 import os
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -60,8 +66,17 @@ from .collator import STARTING_LOGPS, TRAIN_INDEX, CollatorSettings, collate_fea
 from .engines import local_shard, release_gathered
 from .model import causal_lm, weights_are_sharded
 from .offline import is_trajectory_dataset, prefix_groups
+from .starting_store import StartingStore
 
-__all__ = ["CHECKPOINT_FILE", "TRAIN_INDEX", "StartingLogps", "with_starting_logps", "model_fingerprint"]
+__all__ = [
+    "CHECKPOINT_FILE",
+    "STORE_DIR",
+    "TRAIN_INDEX",
+    "LazyStartingLogps",
+    "StartingLogps",
+    "with_starting_logps",
+    "model_fingerprint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +84,8 @@ logger = logging.getLogger(__name__)
 VERSION = "1"
 #: The starting-model column in a checkpoint (sharded runs: what a resumed run uses); the name of the first release.
 CHECKPOINT_FILE = "echo_initial_logprobs.pt"
+#: Under ``output_dir``: the lazily computed values, one directory per fingerprint (:mod:`.starting_store`).
+STORE_DIR = "echo_starting_logps"
 
 
 def unrecorded_rows(dataset) -> list[int]:
@@ -135,6 +152,23 @@ def _micro_batches(dataset, todo: list[int], batch_size: int) -> list[list[int]]
     return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
 
 
+def action_logps(
+    trainer, rows: list[dict], settings: CollatorSettings, *, share: bool, source: StartingModel | None = None
+) -> list[list[float]]:
+    """One no-gradient forward of the collated ``rows`` (``source``'s model, else the trainer's): each row's
+    log-probs at its kept action tokens, as float32 values."""
+    tokenizer = trl_compat.tokenizer(trainer)
+    features = [trajectory_features(tokenizer, row, settings) for row in rows]
+    batch = collate_features(features, tokenizer.pad_token_id)
+    model, adapters_off = (None, False) if source is None else source
+    logps = trl_compat.no_grad_logps(trainer, batch, share=share, model=model, adapters_off=adapters_off)
+    found = []
+    for f, values in zip(features, logps.float().cpu(), strict=True):
+        action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
+        found.append(values[torch.as_tensor(action, dtype=torch.long)].tolist())
+    return found
+
+
 def starting_logps(
     trainer, dataset, indices: list[int], settings: CollatorSettings, *, share: bool, sharded: bool = False
 ) -> dict[int, list[float]]:
@@ -144,7 +178,6 @@ def starting_logps(
     ``sharded``: the forward is collective, so a process with fewer micro-batches forwards its first one again
     (result dropped) until all have run as many, and the gathered weights are let go afterwards.
     """
-    tokenizer = trl_compat.tokenizer(trainer)
     accelerator = trainer.accelerator
     batches = _micro_batches(dataset, indices, trainer.args.per_device_train_batch_size)
     mine = [(chunk, True) for chunk in batches[accelerator.process_index :: accelerator.num_processes]]
@@ -157,13 +190,9 @@ def starting_logps(
     found: list[tuple[int, list[float]]] = []
     try:
         for chunk, kept in progress(mine, desc="starting-model log-probs (once per run)", unit="batch"):
-            features = [trajectory_features(tokenizer, dataset[i], settings) for i in chunk]
-            batch = collate_features(features, tokenizer.pad_token_id)
-            logps = trl_compat.no_grad_logps(trainer, batch, share=share)
-            for row, f, values in zip(chunk, features, logps.float().cpu(), strict=True):
-                action = np.flatnonzero(np.asarray(f.action_mask, dtype=bool))
-                if kept:
-                    found.append((row, values[torch.as_tensor(action, dtype=torch.long)].tolist()))
+            values = action_logps(trainer, [dataset[i] for i in chunk], settings, share=share)
+            if kept:
+                found.extend(zip(chunk, values, strict=True))
     finally:
         model.train(was_training)
         if sharded:
@@ -173,14 +202,46 @@ def starting_logps(
     return dict(found)
 
 
+class StartingModel(NamedTuple):
+    """What forwards the starting policy during training: ``model`` (``None``: the trainer's own), with its
+    adapters disabled when ``adapters_off``."""
+
+    model: Any
+    adapters_off: bool
+
+
+def fresh_lora(model) -> bool:
+    """A PEFT model whose adapters are all LoRA with every ``B`` matrix still 0 (PEFT's initialization): with them
+    disabled it computes exactly what it computes with them on, so disabling them gives back the starting model."""
+    configs = getattr(model, "peft_config", None)
+    if not configs or any(str(getattr(c, "peft_type", "")) not in ("LORA", "PeftType.LORA") for c in configs.values()):
+        return False
+    with torch.no_grad():
+        return all(not p.any() for n, p in model.named_parameters() if "lora_B" in n or "lora_embedding_B" in n)
+
+
+def starting_model(trainer) -> StartingModel:
+    """The starting policy, kept for the whole run (at init, before any update): the trainer's model with adapters
+    disabled (LoRA, fresh adapter), TRL's reference model when it holds the same weights, else a frozen copy."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if fresh_lora(model):
+        return StartingModel(None, adapters_off=True)
+    ref = getattr(trainer, "ref_model", None)
+    if ref is not None and model_fingerprint(ref) == model_fingerprint(model):
+        return StartingModel(ref, adapters_off=False)
+    frozen = copy.deepcopy(model).eval()
+    frozen.requires_grad_(False)
+    return StartingModel(frozen, adapters_off=False)
+
+
 def with_starting_logps(
     trainer, dataset, settings: CollatorSettings, *, share: bool
-) -> tuple[Dataset | Any, StartingLogps]:
-    """At trainer init (on the token-cached train dataset, before any update): ``(dataset, deferred)``, the dataset
-    with :data:`STARTING_LOGPS` when the run trains a policy with ``behavior_policy="initial"`` and some row recorded
-    no log-probs; computed once per (dataset, starting model, settings) and cached. Under ZeRO-3 / FSDP the column
-    is deferred to the first training batch: the dataset gets :data:`TRAIN_INDEX` instead and ``deferred`` fills
-    each batch in (otherwise ``deferred`` does nothing). Any other dataset comes back as it is."""
+) -> tuple[Dataset | Any, StartingLogps | LazyStartingLogps]:
+    """At trainer init (on the token-cached train dataset, before any update): ``(dataset, source)``. When the run
+    trains a policy with ``behavior_policy="initial"`` and some row recorded no log-probs, the dataset gets
+    :data:`TRAIN_INDEX` and ``source.rows`` adds the starting model's log-probs to each batch's rows
+    (:class:`LazyStartingLogps`; under ZeRO-3 / FSDP :class:`StartingLogps`); otherwise ``source`` does nothing.
+    Nothing is forwarded here."""
     args = trainer.args
     if not is_trajectory_dataset(dataset):
         return dataset, StartingLogps()  # online: TRL's own old log-probs
@@ -197,14 +258,14 @@ def with_starting_logps(
             len(dataset),
         )
         return dataset, StartingLogps()
+    if TRAIN_INDEX in dataset.column_names:
+        dataset = dataset.remove_columns(TRAIN_INDEX)
+    dataset = dataset.add_column(TRAIN_INDEX, list(range(len(dataset))))
     if weights_are_sharded(trainer):  # no forward possible before the engine wraps the model: at the first batch
-        if TRAIN_INDEX in dataset.column_names:
-            dataset = dataset.remove_columns(TRAIN_INDEX)
-        dataset = dataset.add_column(TRAIN_INDEX, list(range(len(dataset))))
         return dataset, StartingLogps(dataset, todo=todo, settings=settings, share=share)
     fingerprint = _settings_fingerprint(trainer, settings, dataset, model_fingerprint(trainer.model))
-    compute = functools.cache(lambda: starting_logps(trainer, dataset, todo, settings, share=share))
-    return _with_column(trainer, dataset, fingerprint, compute), StartingLogps()
+    store = StartingStore(Path(args.output_dir) / STORE_DIR / fingerprint, rank=trainer.accelerator.process_index)
+    return dataset, LazyStartingLogps(todo, settings, share, starting_model(trainer), store)
 
 
 def _with_column(trainer, dataset: Dataset, fingerprint: str, compute) -> Dataset:
@@ -289,3 +350,51 @@ class StartingLogps:
             saved = torch.load(path, weights_only=True)
             if saved.get("version") == VERSION and sorted(saved["values"]) == sorted(self.todo):  # same rows
                 self.values = saved["values"]
+
+
+class LazyStartingLogps:
+    """The starting model's log-probs of each training batch's rows, computed when a row is first used and kept in
+    ``store`` (see the module docstring): a row is forwarded once per fingerprint, across runs and resumes."""
+
+    def __init__(
+        self, todo: list[int], settings: CollatorSettings, share: bool, source: StartingModel, store: StartingStore
+    ):
+        self.todo, self.settings, self.share, self.source, self.store = set(todo), settings, share, source, store
+        self.computed = 0  # rows forwarded by this process in this run (the rest came from the store)
+
+    def rows(self, trainer, rows: list[dict]) -> list[dict]:
+        """``rows`` of a training batch with their :data:`STARTING_LOGPS` (``None`` for rows with recorded ones)."""
+        if not rows or TRAIN_INDEX not in rows[0]:
+            return rows
+        missing = {r[TRAIN_INDEX]: r for r in rows if r[TRAIN_INDEX] in self.todo and r[TRAIN_INDEX] not in self.store}
+        if missing:
+            self.store.append(self._forward(trainer, list(missing.values())))
+            self.computed += len(missing)
+        known = lambda i: self.store.get(i) if i in self.todo else None  # noqa: E731
+        return [{**row, STARTING_LOGPS: known(row[TRAIN_INDEX])} for row in rows]
+
+    def _forward(self, trainer, rows: list[dict]) -> dict[int, list[float]]:
+        size = trainer.args.per_device_train_batch_size
+        model = trainer.model
+        was_training = model.training
+        if self.source.adapters_off:
+            model.eval()  # no dropout: the policy that sampled the recordings
+        try:
+            found = {}
+            for k in range(0, len(rows), size):
+                chunk = rows[k : k + size]
+                values = action_logps(trainer, chunk, self.settings, share=self.share, source=self.source)
+                found.update((row[TRAIN_INDEX], v) for row, v in zip(chunk, values, strict=True))
+            return found
+        finally:
+            model.train(was_training)
+
+    def save(self, trainer, checkpoint: str) -> None:
+        """Nothing to write: every computed row is already in the store, beside the checkpoints."""
+
+    def load(self, checkpoint: str | None) -> None:
+        """Also read the store beside ``checkpoint`` (a resume from another run directory)."""
+        if checkpoint is not None:
+            other = Path(checkpoint).resolve().parent / STORE_DIR / self.store.directory.name
+            if other.resolve() != self.store.directory.resolve() and other.is_dir():
+                self.store.read(other)

@@ -11,9 +11,10 @@ a name, or absent) and the model (loaded by name; the starting-model log-probs f
    held-out ones also get a row number (:func:`~echo_trl.train.offline.prepare_eval`);
 3. trajectories get their cached tokens and rollout quality (:mod:`echo_trl.tokens.cache`, once per dataset and
    tokenizer), and every one must keep a completion token under ``max_completion_length``;
-4. the train trajectories get the starting model's log-probs (``behavior_policy="initial"``,
-   :mod:`echo_trl.train.behavior`), or under ZeRO-3 / FSDP a row number and a :class:`StartingLogps` that adds
-   them at the first batch;
+4. the train trajectories get a source of the starting model's log-probs (``behavior_policy="initial"``,
+   :mod:`echo_trl.train.behavior`), computed for each batch's rows when training first uses them
+   (:class:`LazyStartingLogps`; under ZeRO-3 / FSDP :class:`StartingLogps`, the whole column at the first batch):
+   nothing is forwarded at init;
 5. every train trajectory gets its row number (:data:`~echo_trl.train.collator.TRAIN_INDEX`), by which errors and
    warnings name a batch's rows.
 
@@ -29,7 +30,7 @@ from ..data.store import check_rows
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from . import trl_compat
 from .advantages import with_advantages
-from .behavior import StartingLogps, with_starting_logps
+from .behavior import LazyStartingLogps, StartingLogps, with_starting_logps
 from .collator import TRAIN_INDEX, CollatorSettings
 from .offline import check_completion_room, is_trajectory_dataset, prepare_eval, with_tokens
 from .trainable import require_trainable_tokens
@@ -40,7 +41,7 @@ __all__ = ["PreparedDatasets", "prepare_datasets"]
 class PreparedDatasets(NamedTuple):
     train: Any  # what the trainer's ``train_dataset`` becomes
     eval: Any  # what its ``eval_dataset`` becomes (a dataset, a dict of them, or None)
-    starting_logps: StartingLogps  # deferred to the first batch (ZeRO-3 / FSDP), else a no-op
+    starting_logps: LazyStartingLogps | StartingLogps  # adds them to each batch's rows (or a no-op)
 
 
 def prepare_datasets(

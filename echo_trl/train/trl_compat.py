@@ -32,7 +32,7 @@ of what this module relies on. When TRL changes, this module (and the overridden
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -136,16 +136,20 @@ def policy_logps(trainer, model, input_ids, attention_mask, logits_to_keep, batc
     return logps
 
 
-def no_grad_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tensor:
-    """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
-    temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
-    without logging metrics (TRL's own method, not the trainer's override): the starting-model log-probs of
-    :mod:`echo_trl.train.behavior`, at trainer init."""
-    model, args = trainer.model, trainer.args
+def no_grad_logps(
+    trainer, batch: dict[str, Any], *, share: bool, model=None, adapters_off: bool = False
+) -> torch.Tensor:
+    """Per-token log-probs of ``model`` (default ``trainer.model``) on a collated ``batch`` as TRL 1.16's loss forward
+    computes them (its temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without
+    gradient and without logging metrics (TRL's own method, not the trainer's override): the starting-model log-probs
+    of :mod:`echo_trl.train.behavior`. ``adapters_off``: with every PEFT adapter of the model disabled, as TRL 1.16
+    gets its reference log-probs under PEFT (``use_adapter(model, None)``)."""
+    model, args = trainer.model if model is None else model, trainer.args
     input_ids, attention_mask, logits_to_keep = (
         t.to(trainer.accelerator.device) if torch.is_tensor(t) else t for t in forward_inputs(batch)
     )
-    with torch.no_grad(), trainer.accelerator.autocast():
+    adapters = use_adapter(trainer.accelerator.unwrap_model(model), None) if adapters_off else nullcontext()
+    with torch.no_grad(), trainer.accelerator.autocast(), adapters:
         if share:
             return shared_logps(
                 model, input_ids, attention_mask, logits_to_keep, min_shared_tokens=args.prefix_sharing_min_tokens

@@ -2,21 +2,32 @@
 
 Checked against an independent forward (the model's own head, full logits): the stored values are the
 starting model's; with them the importance ratio departs from 1 as training moves and clipping engages,
-where "current" keeps it at 1; recorded behavior_logprobs win; computed once per (dataset, weights,
-settings) and loaded from the cache after that.
+where "current" keeps it at 1; recorded behavior_logprobs win; nothing is forwarded at init: each row is
+computed when training first uses it (from the starting model even after updates), equals the whole-dataset
+column computed before (and trains the same), and is kept in a store under output_dir that resumes and later
+runs with the same (dataset, weights, settings) read instead of forwarding again.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from helpers.arrow_edit import redact_in_place
 from helpers.tiny import tiny_model
-from helpers.trainer import batch, count_forwards, dataset, make_trainer, reference_logps, tiny_config, trajectory
+from helpers.trainer import (
+    assert_same_gradient,
+    batch,
+    count_forwards,
+    dataset,
+    make_trainer,
+    reference_logps,
+    tiny_config,
+    trajectory,
+)
 
 from echo_trl.config import EchoConfigError
 from echo_trl.data.build import trajectories_to_dataset
@@ -26,6 +37,7 @@ from echo_trl.tokens.cache import IDS, ROLES
 from echo_trl.train import behavior
 from echo_trl.train.behavior import CHECKPOINT_FILE, TRAIN_INDEX, model_fingerprint
 from echo_trl.train.collator import STARTING_LOGPS
+from echo_trl.train.starting_store import StartingStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -39,8 +51,10 @@ def test_starting_logps_are_the_starting_models_own(tmp_path, share, temperature
     trainer = make_trainer(
         tmp_path / "run", dataset(4), behavior_policy="initial", prefix_sharing=share, temperature=temperature
     )
-    assert STARTING_LOGPS in trainer.train_dataset.column_names
+    assert STARTING_LOGPS not in trainer.train_dataset.column_names  # nothing forwarded at init
+    assert trainer._echo_starting_logps.computed == 0
     inputs = batch(trainer)
+    assert trainer._echo_starting_logps.computed == 4
     action = action_of(inputs)
     with torch.no_grad():
         expected = reference_logps(trainer.model, inputs, temperature)  # nothing trained yet: the starting model
@@ -89,9 +103,7 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
     calls, handle = count_forwards(model)
     trainer = make_trainer(tmp_path / "mixed", trajectories_to_dataset(rows), model=model, behavior_policy="initial")
     handle.remove()
-    assert calls == [False]  # one no-grad forward: rows 2 and 3 in one micro-batch
-    column = trainer.train_dataset[STARTING_LOGPS]
-    assert column[0] is None and column[1] is None and len(column[2]) == n_action[2] and len(column[3]) == n_action[3]
+    assert calls == [] and trainer._echo_starting_logps.todo == {2, 3}  # nothing at init; rows 2 and 3 to compute
     inputs = batch(trainer)
     action = action_of(inputs)
     old = inputs["old_per_token_logps"]
@@ -101,6 +113,7 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
         expected = reference_logps(trainer.model, inputs)
     for i in (2, 3):
         torch.testing.assert_close(old[i][action[i]], expected[i][action[i]], atol=1e-5, rtol=0)
+    assert trainer._echo_starting_logps.computed == 2  # only the rows without recorded log-probs were forwarded
 
     everything = [trajectory(i, [1.0, 0.0][i], "g0", behavior=recorded[i]) for i in range(2)]
     calls, handle = count_forwards(model)
@@ -113,36 +126,35 @@ def test_recorded_behavior_logprobs_win_and_only_the_other_rows_are_forwarded(tm
     )
     handle.remove()
     assert calls == [] and STARTING_LOGPS not in full.train_dataset.column_names
+    assert "old_per_token_logps" in batch(full) and not (tmp_path / "full" / behavior.STORE_DIR).exists()
 
 
 def test_computed_once_per_dataset_weights_and_settings(tmp_path):
+    """Runs in one output_dir: the second with the same starting weights and settings forwards nothing and gets the
+    same values; other weights or another truncation get their own store and compute again."""
     ds = dataset(4)
     runs = []
-    for name, seed, kw in (
-        ("a", 0, {}),
-        ("again", 0, {}),
-        ("other_weights", 1, {}),
-        ("other_truncation", 0, {"max_completion_length": 60}),
-    ):
-        model = tiny_model(seed)
-        calls, handle = count_forwards(model)
-        trainer = make_trainer(tmp_path / name, ds, model=model, behavior_policy="initial", **kw)
-        handle.remove()
-        runs.append((len(calls), trainer.train_dataset[STARTING_LOGPS]))
+    for seed, kw in ((0, {}), (0, {}), (1, {}), (0, {"max_completion_length": 60})):
+        trainer = make_trainer(tmp_path / "run", ds, model=tiny_model(seed), behavior_policy="initial", **kw)
+        inputs = batch(trainer)
+        action = action_of(inputs)
+        runs.append(
+            (trainer._echo_starting_logps.computed, [inputs["old_per_token_logps"][i][action[i]] for i in range(4)])
+        )
     (first, a), (again, b), (other, c), (cut, d) = runs
-    assert first == 1 and again == 0 and b == a  # the second run loads the cached column, same values
-    assert other == 1 and c != a  # other starting weights: computed again
-    assert cut == 1 and all(len(x) <= len(y) for x, y in zip(d, a, strict=True)) and d != a
-    assert len(list(Path(os.environ["ECHO_TRL_CACHE"]).rglob("echo-initial-logps-*.arrow"))) == 3
+    assert first == 4 and again == 0 and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert other == 4 and not torch.equal(c[0], a[0])  # other starting weights: computed again
+    assert cut == 4 and all(len(x) <= len(y) for x, y in zip(d, a, strict=True))
+    assert len(list((tmp_path / "run" / behavior.STORE_DIR).iterdir())) == 3
 
 
-def test_recomputed_values_equal_the_cached_ones_bit_for_bit(tmp_path, monkeypatch):
-    """What a resumed run on another machine (no cache) gets: the same numbers."""
+def test_recomputed_values_equal_the_stored_ones_bit_for_bit(tmp_path):
+    """What a resumed run on another machine (no store) gets: the same numbers."""
     ds = dataset(4)
-    first = make_trainer(tmp_path / "a", ds, behavior_policy="initial").train_dataset[STARTING_LOGPS]
-    monkeypatch.setenv("ECHO_TRL_CACHE", str(tmp_path / "other_cache"))
-    again = make_trainer(tmp_path / "b", ds, behavior_policy="initial").train_dataset[STARTING_LOGPS]
-    assert again == first
+    first = batch(make_trainer(tmp_path / "a", ds, behavior_policy="initial"))["old_per_token_logps"]
+    stored = batch(make_trainer(tmp_path / "a", ds, behavior_policy="initial"))["old_per_token_logps"]
+    again = batch(make_trainer(tmp_path / "b", ds, behavior_policy="initial"))["old_per_token_logps"]
+    assert torch.equal(first.nan_to_num(), stored.nan_to_num()) and torch.equal(first.nan_to_num(), again.nan_to_num())
 
 
 def test_model_fingerprint_follows_the_weights():
@@ -207,9 +219,10 @@ def test_config_rejects_unknown_policies(tmp_path):
 
 
 def test_a_stale_column_is_never_used(tmp_path):
-    """A dataset saved from another run's trainer carries the column: "current" drops it, "initial" recomputes."""
-    stale = make_trainer(tmp_path / "a", dataset(4), behavior_policy="initial").train_dataset
-    stale = stale.map(lambda row: {STARTING_LOGPS: [v - 1.0 for v in row[STARTING_LOGPS]]})
+    """A dataset saved from an earlier version's trainer carries the column: "current" drops it, "initial"
+    recomputes."""
+    ds = dataset(4)
+    stale = ds.add_column(STARTING_LOGPS, [[-9.0] * 40] * len(ds))
     current = make_trainer(tmp_path / "b", stale, behavior_policy="current")
     assert STARTING_LOGPS not in current.train_dataset.column_names
     assert "old_per_token_logps" not in batch(current)
@@ -233,14 +246,130 @@ def test_unrecorded_rows_follow_the_dataset_view():
 def test_an_arrow_file_edited_in_place_is_trained_on(tmp_path):
     """A tool output edited in the saved Arrow file (``state.json`` untouched, size and mtime kept): the
     trainer's tokens and starting-model log-probs are those of the new text, as computed from scratch on an
-    in-memory copy of the edited rows, not the ones cached from the old text."""
+    in-memory copy of the edited rows, not the ones stored for the old text in the same output_dir."""
     dataset(4).save_to_disk(str(tmp_path / "ds"))
-    old = make_trainer(tmp_path / "old", datasets.load_from_disk(str(tmp_path / "ds")), behavior_policy="initial")
+    old = make_trainer(tmp_path / "run", datasets.load_from_disk(str(tmp_path / "ds")), behavior_policy="initial")
+    old_logps = batch(old)["old_per_token_logps"]
     assert redact_in_place(tmp_path / "ds", '"total": 2}', '"total": 9}') == 1  # row 1's first tool output
     edited = datasets.load_from_disk(str(tmp_path / "ds"))
-    trained = make_trainer(tmp_path / "new", edited, behavior_policy="initial").train_dataset
+    trainer = make_trainer(tmp_path / "run", edited, behavior_policy="initial")
+    trained, logps = trainer.train_dataset, batch(trainer)["old_per_token_logps"]
+    assert trainer._echo_starting_logps.computed == 4  # a new fingerprint: nothing read from the old text's store
     copy = datasets.Dataset.from_list(list(edited), features=edited.features)
-    fresh = make_trainer(tmp_path / "fresh", copy, behavior_policy="initial").train_dataset
-    assert trained[IDS] == fresh[IDS] and trained[STARTING_LOGPS] == fresh[STARTING_LOGPS]
+    fresh = make_trainer(tmp_path / "fresh", copy, behavior_policy="initial")
+    assert trained[IDS] == fresh.train_dataset[IDS]
+    assert torch.equal(logps.nan_to_num(), batch(fresh)["old_per_token_logps"].nan_to_num())
     assert trained[1][IDS] != old.train_dataset[1][IDS]
-    assert trained[1][STARTING_LOGPS] != old.train_dataset[1][STARTING_LOGPS]
+    assert not torch.equal(logps[1].nan_to_num(), old_logps[1].nan_to_num())
+
+
+def test_rows_first_used_after_updates_get_the_starting_models_values(tmp_path):
+    """The trainer's model has moved by the time a row is first used: its values come from the frozen starting
+    model (here: a fresh copy of the same initial weights), not from the trained one."""
+    trainer = make_trainer(tmp_path / "run", dataset(4), behavior_policy="initial", max_steps=3, learning_rate=5e-2)
+    trainer.train()
+    trainer._echo_starting_logps.store = StartingStore(tmp_path / "empty")  # every row forwarded again
+    inputs = batch(trainer)
+    action = action_of(inputs)
+    with torch.no_grad():
+        start = reference_logps(tiny_model(), inputs)
+        now = reference_logps(trainer.model, inputs)
+    assert (now[action] - start[action]).abs().max() > 1e-2  # the trained model is elsewhere
+    torch.testing.assert_close(inputs["old_per_token_logps"][action], start[action], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_lazy_values_equal_the_whole_dataset_column(tmp_path, share):
+    """Each row's lazily computed values against today's whole-dataset pass (:func:`behavior.starting_logps`, the
+    column computed before step 1 until now) on the same rows: float32 both, equal to float32 rounding (the two
+    collate a row with other rows, so padding and the summation order of the batched matmuls differ; a wrong
+    row or position misses by far more than 1e-5)."""
+    trainer = make_trainer(
+        tmp_path / "run", dataset(8), behavior_policy="initial", prefix_sharing=share, per_device_train_batch_size=2
+    )
+    lazy = trainer._echo_starting_logps
+    rows = list(trainer.train_dataset)
+    eager = behavior.starting_logps(trainer, trainer.train_dataset, sorted(lazy.todo), lazy.settings, share=share)
+    for k in (0, 4, 2, 6):  # the lazy path in another composition than the eager micro-batches
+        lazy.rows(trainer, [rows[k], rows[k + 1]])
+    assert lazy.computed == 8
+    for i in range(8):
+        got = lazy.store.get(i)
+        assert len(got) == len(eager[i]) > 5
+        np.testing.assert_allclose(np.float32(got), np.float32(eager[i]), atol=1e-5, rtol=0)
+
+
+def test_training_with_lazy_values_equals_training_with_the_whole_dataset_column(tmp_path, monkeypatch):
+    """Three steps with the default (lazy) against three with the column computed for the whole dataset before
+    the first update (the deferred whole-dataset pass, which the code took before at init): same losses, same
+    weights (up to float32 summation order)."""
+    kw = dict(behavior_policy="initial", max_steps=3, learning_rate=5e-2, per_device_train_batch_size=2)
+    lazy = make_trainer(tmp_path / "lazy", dataset(8), **kw)
+    lazy.train()
+    monkeypatch.setattr(behavior, "weights_are_sharded", lambda trainer: True)
+    eager = make_trainer(tmp_path / "eager", dataset(8), **kw)
+    eager.train()
+    assert isinstance(lazy._echo_starting_logps, behavior.LazyStartingLogps)
+    assert sorted(eager._echo_starting_logps.values) == list(range(8))  # the whole column at the first batch
+    losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (lazy, eager)]
+    assert len(losses[0]) == 3 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+    clip = [h["clip_ratio/region_mean"] for h in lazy.state.log_history if "clip_ratio/region_mean" in h]
+    assert max(clip) > 0  # the starting-model ratio binds: the values matter to the result
+    for (name, a), b in zip(lazy.model.named_parameters(), eager.model.parameters(), strict=True):
+        assert_same_gradient(a.detach(), b.detach(), name)
+
+
+def test_a_resumed_run_recomputes_no_row_it_saw_and_ends_where_the_uninterrupted_one_does(tmp_path):
+    """Stopped after step 2 (of 4, epochs of 2 steps), resumed from checkpoint-2: the rows of steps 1-2 come from
+    the store (no forward; steps 3-4 revisit them), and the weights equal the uninterrupted run's."""
+    from transformers import TrainerCallback
+
+    class StopAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 2
+
+    kw = dict(
+        behavior_policy="initial",
+        max_steps=4,
+        learning_rate=5e-2,
+        lr_scheduler_type="constant",
+        save_strategy="steps",
+        save_steps=2,
+    )
+    full = make_trainer(tmp_path / "full", dataset(4), **{**kw, "per_device_train_batch_size": 2})
+    full.train()
+    assert full._echo_starting_logps.computed == 4
+    stopped = make_trainer(tmp_path / "run", dataset(4), **{**kw, "per_device_train_batch_size": 2})
+    stopped.add_callback(StopAt())
+    stopped.train()
+    assert stopped.state.global_step == 2 and stopped._echo_starting_logps.computed == 4
+    resumed = make_trainer(tmp_path / "run", dataset(4), **{**kw, "per_device_train_batch_size": 2})
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert resumed.state.global_step == 4 and resumed._echo_starting_logps.computed == 0
+    for (name, a), b in zip(full.model.named_parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_resume_elsewhere_reads_the_store_beside_the_checkpoint(tmp_path):
+    kw = dict(behavior_policy="initial", max_steps=2, save_strategy="steps", save_steps=2)
+    make_trainer(tmp_path / "run", dataset(4), **kw).train()
+    moved = make_trainer(tmp_path / "other", dataset(4), **{**kw, "max_steps": 3})
+    moved.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert moved.state.global_step == 3 and moved._echo_starting_logps.computed == 0
+
+
+def test_store_keeps_complete_records_and_overwrites_a_torn_one(tmp_path):
+    """A kill in the middle of an append: the complete records stay readable, the cut one is dropped and the next
+    append writes over it."""
+    store = StartingStore(tmp_path, rank=0)
+    store.append({3: [-0.5, -1.25], 7: [-2.0]})
+    store.append({1: [-0.125] * 5})
+    path = tmp_path / "rank-0.bin"
+    path.write_bytes(path.read_bytes()[:-6])  # the last record cut short
+    reread = StartingStore(tmp_path, rank=0)
+    assert sorted(reread.index) == [3, 7] and reread.get(3) == [-0.5, -1.25] and reread.get(7) == [-2.0]
+    reread.append({1: [-0.25] * 2})
+    other = StartingStore(tmp_path, rank=1)  # another process reads every process's records
+    assert (
+        sorted(other.index) == [1, 3, 7] and other.get(1) == [-0.25, -0.25] and 1 not in StartingStore(tmp_path / "x")
+    )
