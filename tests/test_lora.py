@@ -212,6 +212,8 @@ def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_
     so the stored log-probs equal the plain base model's, computed here without PEFT."""
     from helpers.trainer import batch, dataset, reference_logps
 
+    from echo_trl.train.starting_store import StartingStore
+
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
     trainer = EchoGRPOTrainer(
         str(base_dir),
@@ -220,6 +222,8 @@ def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_
         processing_class=tiny_tokenizer("qwen3"),
         peft_config=config,
     )
+    source = trainer._echo_starting_logps.source
+    assert source.model is None and source.adapters_off  # the trained model with its adapters off: no copy
     inputs = batch(trainer)
     action = inputs["tool_mask"].bool() & inputs["completion_mask"].bool()
     with torch.no_grad():
@@ -230,3 +234,8 @@ def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_
     with torch.no_grad():
         now = reference_logps(trainer.model, later)
     assert (now[action] - later["old_per_token_logps"][action]).abs().max() > 1e-3
+    # rows first used after the updates: forwarded with the adapters off, still the base model's
+    trainer._echo_starting_logps.store = StartingStore(tmp_path / "empty")
+    fresh = batch(trainer)
+    assert trainer.model.training  # the forward's eval mode did not stay
+    torch.testing.assert_close(fresh["old_per_token_logps"][action], expected[action], atol=1e-5, rtol=0)

@@ -220,6 +220,20 @@ def fresh_lora(model) -> bool:
         return all(not p.any() for n, p in model.named_parameters() if "lora_B" in n or "lora_embedding_B" in n)
 
 
+def same_model(a, b) -> bool:
+    """Same class, same config (but ``use_cache``, which TRL turns off on the policy: no effect on logits) and equal
+    weights, value for value: ``a`` computes what ``b`` does."""
+    a, b = causal_lm(a), causal_lm(b)
+    config = lambda m: {k: v for k, v in m.config.to_dict().items() if k != "use_cache"}  # noqa: E731
+    if type(a) is not type(b) or config(a) != config(b):
+        return False
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    return pa.keys() == pb.keys() and all(
+        pa[n].dtype == pb[n].dtype and pa[n].shape == pb[n].shape and torch.equal(pa[n], pb[n].to(pa[n].device))
+        for n in pa
+    )
+
+
 def starting_model(trainer) -> StartingModel:
     """The starting policy, kept for the whole run (at init, before any update): the trainer's model with adapters
     disabled (LoRA, fresh adapter), TRL's reference model when it holds the same weights, else a frozen copy."""
@@ -227,7 +241,7 @@ def starting_model(trainer) -> StartingModel:
     if fresh_lora(model):
         return StartingModel(None, adapters_off=True)
     ref = getattr(trainer, "ref_model", None)
-    if ref is not None and model_fingerprint(ref) == model_fingerprint(model):
+    if ref is not None and same_model(ref, model):
         return StartingModel(ref, adapters_off=False)
     frozen = copy.deepcopy(model).eval()
     frozen.requires_grad_(False)

@@ -18,7 +18,8 @@ CONFIGS = REPO / "examples" / "accelerate_configs"
 CLI = ["-m", "echo_trl.commands.cli"]
 
 #: ``sitecustomize`` for the launched processes only (``PYTHONPATH``): per rank, the starting-model log-probs
-#: :func:`echo_trl.train.behavior.starting_logps` returned, and at ``save_model`` the parameters, the world
+#: :func:`echo_trl.train.behavior.starting_logps` returned (or, computed batch by batch, what the store holds at
+#: ``save_model``), and at ``save_model`` the parameters, the world
 #: size, the DeepSpeed ZeRO stage and how much of the weights this process held; when the process group is
 #: destroyed, whether the trained (DDP / DeepSpeed) model was already collected. Nothing in echo_trl changes.
 PROBE = """
@@ -38,6 +39,10 @@ if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
         return values
 
     def save_model(self, *args, **kwargs):
+        lazy = self._echo_starting_logps
+        if isinstance(lazy, _b.LazyStartingLogps):  # computed batch by batch: what the store holds by now
+            values = {row: lazy.store.get(row) for row in lazy.store.index}
+            torch.save({"values": values, "step": None}, _out("initial"))
         model = self.accelerator.unwrap_model(self.model)
         wrapped = getattr(self, "model_wrapped", None)
         stage = wrapped.zero_optimization_stage() if hasattr(wrapped, "zero_optimization_stage") else None

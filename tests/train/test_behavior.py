@@ -373,3 +373,19 @@ def test_store_keeps_complete_records_and_overwrites_a_torn_one(tmp_path):
     assert (
         sorted(other.index) == [1, 3, 7] and other.get(1) == [-0.25, -0.25] and 1 not in StartingStore(tmp_path / "x")
     )
+
+
+def test_the_starting_model_is_the_reference_model_when_it_holds_the_same_weights(tmp_path):
+    """beta > 0 with the policy loaded from a path: TRL loads its reference model from the same path, which is
+    reused (no third model); with beta = 0 a frozen copy is made (no gradient, eval mode, not the trained model)."""
+    from transformers import AutoModelForCausalLM
+
+    tiny_model().save_pretrained(tmp_path / "model")
+    load = lambda: AutoModelForCausalLM.from_pretrained(tmp_path / "model")  # noqa: E731
+    kl = make_trainer(tmp_path / "kl", model=load(), beta=0.04, behavior_policy="initial")
+    assert kl.ref_model is not None and kl._echo_starting_logps.source.model is kl.ref_model
+    plain = make_trainer(tmp_path / "plain", model=load(), behavior_policy="initial")
+    frozen = plain._echo_starting_logps.source.model
+    assert frozen is not None and frozen is not plain.model and not frozen.training
+    assert not any(p.requires_grad for p in frozen.parameters())
+    assert model_fingerprint(frozen) == model_fingerprint(plain.model)
