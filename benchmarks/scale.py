@@ -1,4 +1,5 @@
-"""Scale: build time and peak memory, token-cache build time (num_proc 1 and 2) and size, and ``stats``, vs N.
+"""Scale: build time and peak memory, token-cache build time (num_proc 1 and 2) and size, ``stats``, and the time
+to the first training step, vs N.
 
 N distinct valid AWM episodes (``scale_episodes.py``: the bundled ones replicated into distinct scenarios, ~31 KB
 each) go through ``echo-trl build-dataset`` (``--num_proc 1``), the token cache build (``tokenize_dataset`` with
@@ -8,7 +9,12 @@ shared, so CPU seconds are what compare). The cache's size is compared with its 
 (int32 ids, int8 roles, int32 prompt length and message ends, three float64 quality values per row). Linear
 fits (least squares) of CPU seconds and peak RSS over N.
 
-    python benchmarks/scale.py [--quick] [--json] [--sizes 1000 10000]
+With ``--first_step``, ``echo-trl train --max_steps 1`` on the built cache (a tiny 64-wide Qwen3 model with the same
+tokenizer, float32 on CPU, otherwise the command's defaults), once with the default ``behavior_policy="initial"``
+and once with ``current``: the whole process (imports, model and cache load, the one step), so the difference
+between the sizes is what grows with N before the first step.
+
+    python benchmarks/scale.py [--quick] [--json] [--sizes 1000 10000] [--cache_procs 1 2] [--first_step]
 """
 
 from __future__ import annotations
@@ -73,7 +79,24 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def measure(n: int, root: Path, tokenizer: Path, env: dict) -> dict:
+#: ``echo-trl train`` for one step on CPU, float32, nothing saved (the rest: the command's defaults).
+TRAIN_FLAGS = [
+    *("--max_steps", "1", "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no"),
+    *("--disable_tqdm", "true", "--logging_steps", "1"),
+]
+
+
+def first_steps(n: int, data: Path, model: Path, root: Path, env: dict) -> dict:
+    """CPU seconds and peak RSS of ``echo-trl train --max_steps 1`` with each behaviour policy (the cache built)."""
+    out = {}
+    for policy in ("initial", "current"):
+        cmd = [sys.executable, "-m", "echo_trl.commands.cli", "train", "--model_name_or_path", str(model)]
+        cmd += ["--dataset_name", str(data), "--output_dir", str(root / f"run-{n}-{policy}")]
+        out[policy], _ = timed([*cmd, *TRAIN_FLAGS, "--behavior_policy", policy], env)
+    return out
+
+
+def measure(n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), first_step: bool = False) -> dict:
     episodes, data = root / f"episodes-{n}", root / f"ds-{n}"
     raw = write_episodes(n, episodes)
     python = sys.executable
@@ -83,43 +106,64 @@ def measure(n: int, root: Path, tokenizer: Path, env: dict) -> dict:
     )
     arrow = sum(f.stat().st_size for f in data.glob("*.arrow"))
     row: dict = {"n": n, "input_mb": round(raw / 1e6, 1), "arrow_mb": round(arrow / 1e6, 1), "build": build}
-    for procs in (1, 2):
+    for procs in procs_list:
         cache_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-{procs}")}
         stats, out = timed([python, "-c", CACHE_BUILD, str(data), str(tokenizer), str(procs)], cache_env)
         row[f"cache_np{procs}"] = stats
         row.update(json.loads(out.strip().splitlines()[-1]))
-    stats_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-2")}  # the cache exists: stats reads it
+    stats_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-{procs_list[-1]}")}  # the cache exists: read
     row["stats"], _ = timed(
         [python, "-m", "echo_trl.commands.cli", "stats", str(data), "--tokenizer", str(tokenizer), "--json"], stats_env
     )
+    if first_step:
+        row["first_step"] = first_steps(n, data, tokenizer, root, stats_env)
     return row
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="episode counts (default 1000 10000)")
+    p.add_argument("--cache_procs", type=int, nargs="+", default=[1, 2], help="num_proc of the cache builds")
+    p.add_argument("--first_step", action="store_true", help="also time echo-trl train --max_steps 1 on the cache")
     args = p.parse_args(argv)
     sizes = args.sizes or ([120, 480] if args.quick else [1000, 10000])
     env = {**os.environ, "ECHO_TRL_PROGRESS": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))}
     with tempfile.TemporaryDirectory(prefix="echo-scale-") as tmp:
         root = Path(tmp)
         sys.path.insert(0, str(REPO))
-        from echo_trl.demo.tiny import build_tiny_tokenizer
+        from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
 
-        tokenizer = root / "tokenizer"
-        build_tiny_tokenizer("qwen3").save_pretrained(str(tokenizer))
-        rows = [measure(n, root, tokenizer, env) for n in sizes]
+        tokenizer = root / "tokenizer"  # and the tiny model of the first-step runs, in the same directory
+        tok = build_tiny_tokenizer("qwen3")
+        tok.save_pretrained(str(tokenizer))
+        if args.first_step:
+            build_tiny_model(tok, "qwen3", hidden_size=64).save_pretrained(str(tokenizer))
+        rows = [measure(n, root, tokenizer, env, args.cache_procs, args.first_step) for n in sizes]
     fits = {}
     xs = [r["n"] for r in rows]
-    for step in ("build", "cache_np1", "cache_np2", "stats"):
-        for metric in ("cpu_s", "peak_mb"):
-            a, b = linear_fit(xs, [r[step][metric] for r in rows])
-            fits[f"{step}.{metric}"] = {"at_0": round(a, 2), "per_1k": round(1000 * b, 3)}
+    steps = ["build", *(f"cache_np{k}" for k in args.cache_procs), "stats"]
+    series = {f"{step}.{m}": [r[step][m] for r in rows] for step in steps for m in ("cpu_s", "peak_mb")}
+    if args.first_step:
+        for policy in ("initial", "current"):
+            for m in ("cpu_s", "peak_mb"):
+                series[f"first_step_{policy}.{m}"] = [r["first_step"][policy][m] for r in rows]
+    for name, ys in series.items():
+        a, b = linear_fit(xs, ys)
+        fits[name] = {"at_0": round(a, 2), "per_1k": round(1000 * b, 3)}
     out = {"rows": rows, "fits": fits}
     if args.output:
         args.output.write_text(json.dumps(out, indent=1), encoding="utf-8")
     if args.json:
         print(json.dumps(out))
+        return out
+    if args.first_step:
+        print(f"{'N':>7} | {'first step CPU s (initial / current)':>36} | {'peak MB (initial / current)':>28}")
+        for r in rows:
+            i, c = r["first_step"]["initial"], r["first_step"]["current"]
+            print(f"{r['n']:>7} | {i['cpu_s']:>17} / {c['cpu_s']:<16} | {i['peak_mb']:>13} / {c['peak_mb']:<12}")
+    if args.cache_procs != [1, 2]:
+        for name, fit in fits.items():
+            print(f"fit {name}: {fit['at_0']} + {fit['per_1k']} per 1k episodes")
         return out
     print(
         f"{'N':>7} {'arrow MB':>8} | {'build CPU s':>11} {'peak MB':>7} | {'cache np1 CPU/wall s':>20} "

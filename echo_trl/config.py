@@ -132,8 +132,9 @@ class EchoGRPOConfig(GRPOConfig):
 
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
             Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
-            `"initial"`: the starting model's log-probs, computed once per run (one no-gradient forward per
-            trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how
+            `"initial"`: the starting model's log-probs, computed when training first uses a trajectory (one
+            no-gradient forward per trajectory, kept under `output_dir` for resumes; `echo_trl.train.behavior`;
+            nothing before the first step), so GRPO's clipping bounds how
             far training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
             policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
             carry `behavior_logprobs` always use them. docs/benchmarks.md compares the two.
@@ -271,7 +272,8 @@ class EchoGRPOConfig(GRPOConfig):
         default="initial",
         metadata={
             "help": "Offline, for trajectories without behavior_logprobs: the importance ratio's behaviour "
-            "policy. 'initial': the starting model (its log-probs computed once per run, cached), so clipping "
+            "policy. 'initial': the starting model (its log-probs computed as training first uses each row, "
+            "kept under output_dir), so clipping "
             "bounds the drift from it; 'current': the policy at each update (ratio 1, clipping never binds "
             "across steps). Recorded behavior_logprobs are always used where present; docs/benchmarks.md "
             "compares the two.",
