@@ -10,7 +10,8 @@ shared, so CPU seconds are what compare). The cache's size is compared with its 
 fits (least squares) of CPU seconds and peak RSS over N.
 
 With ``--first_step``, ``echo-trl train --max_steps 1`` on the built cache (a tiny 64-wide Qwen3 model with the same
-tokenizer, float32 on CPU, otherwise the command's defaults), once with the default ``behavior_policy="initial"``
+tokenizer, float32 on CPU, 2 trajectories a step, otherwise the command's defaults), once with the default
+``behavior_policy="initial"``
 and once with ``current``: the whole process (imports, model and cache load, the one step), so the difference
 between the sizes is what grows with N before the first step.
 
@@ -79,10 +80,20 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-#: ``echo-trl train`` for one step on CPU, float32, nothing saved (the rest: the command's defaults).
+#: ``echo-trl train`` for one step of 2 trajectories on CPU, float32, nothing saved (the rest: the command's
+#: defaults; a step of ~36k tokens, so the step itself stays small next to what grows with N).
 TRAIN_FLAGS = [
     *("--max_steps", "1", "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no"),
-    *("--disable_tqdm", "true", "--logging_steps", "1"),
+    *(
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "2",
+        "--num_generations",
+        "2",
+    ),
 ]
 
 
