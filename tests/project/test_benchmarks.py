@@ -216,8 +216,11 @@ def test_behavior_policy(capsys):
     )
     assert last_json_line(capsys)["benchmark"] == "behavior_policy"
     assert out["episodes"] == episodes and out["repeats"] == 1
-    # the starting model's pass: one no-grad forward per micro-batch of an epoch, i.e. per trajectory once
+    # the whole-dataset pass: one no-grad forward per micro-batch of an epoch, i.e. per trajectory once; the lazy
+    # path forwards the same number of micro-batches over the first epoch, and none once they are stored
     assert out["no_grad_forwards_of_the_pass"] == out["micro_batches_per_epoch"] == math.ceil(episodes / batch)
+    assert out["starting_forwards_cold_epoch"] == out["micro_batches_per_epoch"]
+    assert out["starting_forwards_stored_epoch"] == 0 and out["frozen_copy_mb"] > 0
     assert all(positive_finite(v) for v in out["median_seconds"].values())
     assert positive_finite(out["pass_over_epoch"]) and positive_finite(out["epoch_ratio_initial_over_current"])
 
