@@ -233,7 +233,8 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
 
 
 def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
-    from echo_trl.commands import build_dataset, capture, eval_world_model, stats
+    from echo_trl.commands import build_dataset, eval_world_model, stats
+    from echo_trl.commands.capture import command as capture
 
     assert (
         "--max_length" in stats.make_parser().format_help()
