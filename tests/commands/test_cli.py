@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from helpers.docs import NetworkGuard
 from helpers.episodes import openenv_episode
-from helpers.hub import CountingEndpoint
 from helpers.processes import unprivileged
 from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
@@ -284,14 +284,26 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
 # Local paths never go to the Hub; Hub ids fail fast without network
 
 
-@pytest.fixture
-def hub():
-    endpoint = CountingEndpoint()
-    yield endpoint
-    endpoint.close()
+def _in_process(argv, monkeypatch, capsys, **env) -> tuple[int, str, NetworkGuard]:
+    """``echo-trl ARGV`` in this process as in a user's shell: the Hub switched on but unreachable (every
+    connection beyond the loopback counted and refused by the guard), ``env`` set; its exit code and stderr."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    guard = NetworkGuard(monkeypatch)
+    if env.get("HF_HUB_OFFLINE"):  # the libraries read it once, at import: set where a fresh process has it
+        import datasets.config
+        import huggingface_hub.constants
+
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err, guard
 
 
-def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, hub):
+def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
@@ -316,58 +328,24 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
         ),
     ]
     for argv, named in cases:
-        r = subprocess.run(
-            [sys.executable, "-m", "echo_trl.commands.cli", *map(str, argv)],
-            capture_output=True,
-            text=True,
-            env=hub.env(),
-            timeout=300,
-        )
-        assert r.returncode == 2, r.stderr
-        assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
-    assert hub.count == 0  # not one request for a local path
+        code, err, guard = _in_process(argv, monkeypatch, capsys)
+        assert code == 2, err
+        assert err.count("\n") == 1 and f"{named}: no such file or directory" in err, err
+        assert guard.count == 0, guard.attempts  # not one request for a local path
 
 
-def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hub):
+def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "echo_trl.commands.cli",
-            "stats",
-            "someone/awm-echo",
-            "--tokenizer",
-            str(tmp_path / "tok"),
-        ],
-        capture_output=True,
-        text=True,
-        env=hub.env(),
-        timeout=300,
-    )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
-    assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
-    offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "echo_trl.commands.cli",
-            "stats",
-            "someone/awm-echo",
-            "--tokenizer",
-            str(tmp_path / "tok"),
-        ],
-        capture_output=True,
-        text=True,
-        env=offline,
-        timeout=300,
-    )
-    assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
-    assert hub.count == 1  # offline: the Hub is not asked at all
+    argv = ["stats", "someone/awm-echo", "--tokenizer", tmp_path / "tok"]
+    code, err, guard = _in_process(argv, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "dataset someone/awm-echo: no such file or directory" in err and "HF_HUB_OFFLINE=1" in err
+    assert guard.count == 1, guard.attempts  # one probe, no library retries (they took ~30 s before)
+    code, err, guard = _in_process(argv, monkeypatch, capsys, HF_HUB_OFFLINE="1")
+    assert code == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in err, err
+    assert guard.count == 0, guard.attempts  # offline: the Hub is not asked at all
 
 
 def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):
