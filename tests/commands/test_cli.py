@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers.docs import NetworkGuard
+from helpers.docs import cli_in_process
 from helpers.episodes import openenv_episode
 from helpers.processes import unprivileged
 from helpers.shared_data import AWM1K_SAMPLES, require_shared
@@ -284,25 +284,6 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
 # Local paths never go to the Hub; Hub ids fail fast without network
 
 
-def _in_process(argv, monkeypatch, capsys, **env) -> tuple[int, str, NetworkGuard]:
-    """``echo-trl ARGV`` in this process as in a user's shell: the Hub switched on but unreachable (every
-    connection beyond the loopback counted and refused by the guard), ``env`` set; its exit code and stderr."""
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    guard = NetworkGuard(monkeypatch)
-    if env.get("HF_HUB_OFFLINE"):  # the libraries read it once, at import: set where a fresh process has it
-        import datasets.config
-        import huggingface_hub.constants
-
-        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-        monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    return code, capsys.readouterr().err, guard
-
-
 def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
@@ -328,7 +309,7 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
         ),
     ]
     for argv, named in cases:
-        code, err, guard = _in_process(argv, monkeypatch, capsys)
+        code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
         assert code == 2, err
         assert err.count("\n") == 1 and f"{named}: no such file or directory" in err, err
         assert guard.count == 0, guard.attempts  # not one request for a local path
@@ -339,11 +320,11 @@ def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, mo
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
     argv = ["stats", "someone/awm-echo", "--tokenizer", tmp_path / "tok"]
-    code, err, guard = _in_process(argv, monkeypatch, capsys)
+    code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "dataset someone/awm-echo: no such file or directory" in err and "HF_HUB_OFFLINE=1" in err
     assert guard.count == 1, guard.attempts  # one probe, no library retries (they took ~30 s before)
-    code, err, guard = _in_process(argv, monkeypatch, capsys, HF_HUB_OFFLINE="1")
+    code, out, err, guard = cli_in_process(argv, monkeypatch, capsys, HF_HUB_OFFLINE="1")
     assert code == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in err, err
     assert guard.count == 0, guard.attempts  # offline: the Hub is not asked at all
 
