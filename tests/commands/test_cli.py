@@ -48,38 +48,43 @@ def test_package_and_help_start_without_torch_or_trl_and_every_public_name_resol
     assert set(echo_trl.__all__) <= set(dir(echo_trl))
 
 
-def test_build_dataset_lenient_then_stats_json(tmp_path):
+def test_build_dataset_lenient_then_stats_json(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
+
+    def run(*argv):
+        code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
+        assert guard.count == 0, guard.attempts
+        return code, out, err
 
     eps = tmp_path / "eps.jsonl"
     eps.write_text(
         "\n".join([json.dumps(openenv_episode()), '{"scenario": 1}', json.dumps(openenv_episode(task_idx=3))]) + "\n"
     )
-    strict = run_cli("build-dataset", eps, "--output", tmp_path / "ds")
-    assert strict.returncode == 2 and "Traceback" not in strict.stderr
-    assert "eps.jsonl:2: scenario: expected a string, got an integer" in strict.stderr
+    code, _, err = run("build-dataset", eps, "--output", tmp_path / "ds")
+    assert code == 2 and "Traceback" not in err
+    assert "eps.jsonl:2: scenario: expected a string, got an integer" in err
 
-    lenient = run_cli("build-dataset", eps, "--output", tmp_path / "ds", "--skip-invalid")
-    assert lenient.returncode == 0, lenient.stderr
-    assert "built 2 episodes" in lenient.stdout and "skipped 1 invalid record" in lenient.stderr
+    code, out, err = run("build-dataset", eps, "--output", tmp_path / "ds", "--skip-invalid")
+    assert code == 0, err
+    assert "built 2 episodes" in out and "skipped 1 invalid record" in err
     (report,) = [json.loads(line) for line in (tmp_path / "ds" / "skipped.jsonl").read_text().splitlines()]
     assert report["record"] == "2" and report["raw"] == {"scenario": 1}
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    stats = run_cli("stats", tmp_path / "ds", "--tokenizer", tmp_path / "tok", "--json")
-    assert stats.returncode == 0, stats.stderr
-    result = json.loads(stats.stdout)  # stdout holds exactly one JSON object
+    code, out, err = run("stats", tmp_path / "ds", "--tokenizer", tmp_path / "tok", "--json")
+    assert code == 0, err
+    result = json.loads(out)  # stdout holds exactly one JSON object
     assert result["episodes"] == 2 and set(result["tokens"]) == {"context", "action", "env_output", "warning"}
     assert result["tokens"]["warning"] > 0  # the fixture carries a harness warning
 
 
-def test_missing_tokenizer_is_a_clean_error(tmp_path):
+def test_missing_tokenizer_is_a_clean_error(tmp_path, monkeypatch, capsys):
     eps = tmp_path / "e.json"
     eps.write_text(json.dumps(openenv_episode()))
     (tmp_path / "empty").mkdir()  # a directory that holds no tokenizer
-    r = run_cli("stats", eps, "--tokenizer", tmp_path / "empty")
-    assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
-    assert r.stderr.count("\n") == 1
+    code, _, err, _ = cli_in_process(["stats", eps, "--tokenizer", tmp_path / "empty"], monkeypatch, capsys)
+    assert code == 2 and "cannot load tokenizer" in err and "Traceback" not in err
+    assert err.count("\n") == 1
 
 
 def _capture_args(tmp_path, output):
