@@ -74,11 +74,9 @@ def reward(completions, **kw):
 
 def tool_loop_trainer(tmp_path, share: bool, model_path, **kw) -> EchoGRPOTrainer:
     """TRL's own tool loop on a scripted model: row i calls ``lookup`` for its own city, then answers."""
-    import copy
-
     from transformers import AutoModelForCausalLM
 
-    tok = copy.deepcopy(tiny_tokenizer("qwen3"))  # TRL sets a response schema on the tokenizer it is given tools with
+    tok = tiny_tokenizer("qwen3")
     trainer = EchoGRPOTrainer(
         AutoModelForCausalLM.from_pretrained(model_path),
         reward_funcs=[reward],
