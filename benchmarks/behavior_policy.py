@@ -7,7 +7,7 @@ micro-batch) and a tiny Qwen3-architecture model, it times, in alternation (medi
   nothing at init (each row is forwarded when training first uses it) but keeps the starting model: a frozen
   copy without LoRA or a reference model (its bytes are reported);
 * ``whole-dataset pass``: the option this replaced, the starting model over every trajectory before step 1
-  (``echo_trl.train.behavior.starting_logps``, what init used to run; its no-grad forwards are counted);
+  (``echo_trl.train.offline.behavior.starting_logps``, what init used to run; its no-grad forwards are counted);
 * ``epoch current`` / ``epoch initial, cold`` / ``epoch initial, stored``: one training epoch (each trajectory
   once); ``cold``: every row forwarded by the starting model on first use (an empty store), ``stored``: read from
   the store of the previous run into the same output directory (a resume, a later run).
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
 
     from echo_trl.config import EchoGRPOConfig
     from echo_trl.demo.tiny import ensure_tiny_model
-    from echo_trl.train import behavior
+    from echo_trl.train.offline import behavior
     from echo_trl.trainer import EchoGRPOTrainer
 
     ds = bundled_dataset(compact_tools=False)

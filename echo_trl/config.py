@@ -133,7 +133,7 @@ class EchoGRPOConfig(GRPOConfig):
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
             Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
             `"initial"`: the starting model's log-probs, computed when training first uses a trajectory (one
-            no-gradient forward per trajectory, kept under `output_dir` for resumes; `echo_trl.train.behavior`;
+            no-gradient forward per trajectory, kept under `output_dir` for resumes; `echo_trl.train.offline.behavior`;
             nothing before the first step), so GRPO's clipping bounds how
             far training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
             policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that

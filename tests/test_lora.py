@@ -212,7 +212,7 @@ def test_initial_behavior_logprobs_are_the_base_models_with_a_fresh_adapter(tmp_
     so the stored log-probs equal the plain base model's, computed here without PEFT."""
     from helpers.trainer import batch, dataset, reference_logps
 
-    from echo_trl.train.starting_store import StartingStore
+    from echo_trl.train.offline.starting_store import StartingStore
 
     config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, task_type="CAUSAL_LM")
     trainer = EchoGRPOTrainer(
