@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -125,14 +126,26 @@ def stage(tmp: Path, standins: Path) -> Path:
     return pkg
 
 
-def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, tests: list[str]) -> dict[str, str]:
-    """Outcome per test id (passed / failed / skipped) of one pytest run."""
+def command(mode: str, tmp: Path, pkg: Path, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The pytest command line and environment of one trainer's run: the whole file in one process."""
     report = tmp / f"{mode}.xml"
-    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in tests] or [str(pkg)]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *targets]
-    cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={timeout}", "-W", "ignore"]
-    if keyword:
-        cmd += ["-k", keyword]
+    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in args.tests] or [str(pkg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-v",
+        "-rfEs",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        *targets,
+    ]
+    cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={args.timeout}", "-W", "ignore"]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    threads = str(args.threads)
     env = {
         **os.environ,
         "ECHO_TRL_CONFORMANCE": mode,
@@ -141,14 +154,44 @@ def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, test
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": str(tmp / "hf_home"),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        # tiny models: one thread each, so runs side by side (or beside other work) never oversubscribe the cores
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
     }
-    subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    outcomes = {}
+    return cmd, env
+
+
+def outcomes(report: Path) -> dict[str, str]:
+    """Outcome per test id (passed / failed / skipped) from one run's JUnit report (empty when it wrote none)."""
+    if not report.exists():
+        return {}
+    result = {}
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
         tags = {child.tag for child in case}
-        outcomes[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
-    return outcomes
+        result[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+    return result
+
+
+def run_all(tmp: Path, pkg: Path, args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """One pytest process per trainer, ``args.jobs`` at a time; each one's output in ``args.log_dir`` if given."""
+    pending, running, results = list(args.trainers), {}, {}
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            mode = pending.pop(0)
+            cmd, env = command(mode, tmp, pkg, args)
+            log = (args.log_dir / f"{mode}.log").open("w") if args.log_dir else subprocess.DEVNULL
+            running[mode] = (subprocess.Popen(cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        for mode, (proc, log) in list(running.items()):
+            if proc.poll() is not None:
+                if log is not subprocess.DEVNULL:
+                    log.close()
+                del running[mode]
+                results[mode] = outcomes(tmp / f"{mode}.xml")
+                counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
+                print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()), flush=True)
+        time.sleep(1)
+    return {mode: results[mode] for mode in args.trainers}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,17 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tests", nargs="*", help="CLASS::TEST of the file to run (default: the whole file)")
     parser.add_argument("--standins", type=Path, default=Path(tempfile.gettempdir()) / "echo_trl_trl_sft_standins")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per pytest process")
+    parser.add_argument("--jobs", type=int, default=1, help="trainers run side by side (one pytest process each)")
+    parser.add_argument("--log_dir", type=Path, help="write each trainer's pytest output to LOG_DIR/<trainer>.log")
     parser.add_argument("--json", action="store_true", help="last stdout line: the outcome of every test per trainer")
     args = parser.parse_args(argv)
     for name, error in build(args.standins).items():
         print(f"stand-in not built: {ORG}/{name}: {error}")
-    results = {}
+    if args.log_dir:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         pkg = stage(Path(tmp), args.standins.resolve())
-        for mode in args.trainers:
-            results[mode] = run(mode, Path(tmp), pkg, args.keyword, args.timeout, args.tests)
-            counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
-            print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()))
+        results = run_all(Path(tmp), pkg, args)
     worse = 0
     if "trl" in results:
         for mode in (m for m in results if m != "trl"):
