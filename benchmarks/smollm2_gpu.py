@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,8 @@ def group_tokens(trainer, rows) -> int:
 def fsdp2_one_gpu() -> dict:
     """``benchmarks/fsdp2.py --num_processes 1 --json``: its JSON, or the reason it gave none."""
     cmd = [sys.executable, str(REPO / "benchmarks" / "fsdp2.py"), "--num_processes", "1", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)  # echo_trl from this checkout
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()
@@ -196,9 +198,9 @@ def run(args) -> dict:
     ]
     rows_out.append(("echo / grpo (paired median)", str(result["echo_over_grpo"]), "", ""))
     rows_out.append(("unshared / shared (paired median)", str(result["sharing_speedup"]), "", ""))
-    report(rows_out, ("variant", "step s", "tokens/s", "peak MiB"), result, args)
     if "fsdp2" in result:
         print(f"fsdp2.py on one GPU: {json.dumps(result['fsdp2'])}")
+    report(rows_out, ("variant", "step s", "tokens/s", "peak MiB"), result, args)  # the JSON line comes last
     return result
 
 
