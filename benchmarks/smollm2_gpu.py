@@ -87,9 +87,9 @@ def build_model(shape: dict, tokenizer):
 
 def group_tokens(trainer, rows) -> int:
     """Prompt + completion tokens of ``rows`` as the collator gives them to TRL's (unshared) forward."""
-    from echo_trl.train.collator import CollatorSettings
     from echo_trl.train.model import context_length
-    from echo_trl.train.offline import collate_batch
+    from echo_trl.train.offline.collator import CollatorSettings
+    from echo_trl.train.offline.recorded import collate_batch
 
     settings = CollatorSettings.from_args(trainer.args, context_length(trainer.model))
     features = collate_batch(trainer, rows, settings)
