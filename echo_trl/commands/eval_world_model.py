@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..command_line import CommandParser, chat_template_path_field, command_parser, parse_command, positive_int
 from ..data.hub import locate
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
-from .loading import load_dataset_named, load_model, load_tokenizer
+from .support.loading import load_dataset_named, load_model, load_tokenizer
 
 DESCRIPTION = """\
 Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on a

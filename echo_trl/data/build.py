@@ -35,10 +35,10 @@ from ..errors import EpisodeError
 from ..progress import progress, progress_bar
 from ..roles import Trajectory
 from .card import CardCounts
-from .episode_files import find_episode_files, iter_file_records
-from .formats import FORMATS
-from .prompt import DEFAULT_SYSTEM_PROMPT
-from .records import SkippedRecord, iter_awm_trajectories, no_valid_episodes
+from .readers.episode_files import find_episode_files, iter_file_records
+from .readers.formats import FORMATS
+from .readers.prompt import DEFAULT_SYSTEM_PROMPT
+from .readers.records import SkippedRecord, iter_awm_trajectories, no_valid_episodes
 from .schema import ARROW_SCHEMA, FEATURES, encode_row
 
 __all__ = ["BuildResult", "build_awm_dataset", "trajectories_to_dataset", "write_awm_dataset"]
@@ -134,7 +134,7 @@ def build_awm_dataset(
     Deterministic: inputs are read in sorted order and rows keep that order. With
     ``strict=False`` invalid records are appended to ``skipped`` (when given) instead of raising,
     and every valid record is kept. ``compact_tools`` drops the response documentation fastapi-mcp
-    appends to tool descriptions (much shorter prompts; :func:`echo_trl.data.tools.compact_tool_schema`).
+    appends to tool descriptions (much shorter prompts; :func:`echo_trl.data.readers.tools.compact_tool_schema`).
 
     ``format``: ``chat-template`` (tool calls and schemas for the model's chat template) or
     ``awm-agent`` (the official AWM agent's conversation: its system prompt, ``list_tools`` /
@@ -144,7 +144,7 @@ def build_awm_dataset(
     taken as recorded in either format.
     """
     _check_format(format)
-    from .episode_files import iter_episode_records
+    from .readers.episode_files import iter_episode_records
 
     inputs = list(inputs)
     rejected: list[SkippedRecord] = []

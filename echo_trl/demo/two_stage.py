@@ -198,7 +198,7 @@ def _held_out(path: Path, held, args) -> dict[str, Any]:
 
 def _episodes(args):
     from ..data.build import build_awm_dataset
-    from ..data.episode_files import find_episode_files
+    from ..data.readers.episode_files import find_episode_files
 
     source = Path(args.data_dir) if args.data_dir else REPO_DATA
     label = str(source) if args.data_dir else "data/episodes"

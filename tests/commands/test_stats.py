@@ -12,7 +12,7 @@ from helpers.tiny import tiny_tokenizer
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.commands.stats import truncation_report
 from echo_trl.data.build import trajectories_to_dataset
-from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 from echo_trl.tokens.tokenization import tokenize_with_roles
 
 

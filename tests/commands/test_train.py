@@ -7,8 +7,8 @@ import json
 import pytest
 
 from echo_trl.commands import train as train_cmd
-from echo_trl.commands.checkpoints import resolve_checkpoint
 from echo_trl.commands.cli import main as cli_main
+from echo_trl.commands.support.checkpoints import resolve_checkpoint
 from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.errors import EchoTrlError

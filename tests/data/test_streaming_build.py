@@ -21,7 +21,7 @@ from echo_trl.commands.cli import main as cli
 from echo_trl.data import build
 from echo_trl.data.build import build_awm_dataset, write_awm_dataset
 from echo_trl.data.card import CardCounts, dataset_card
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.errors import EpisodeError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from helpers.tiny import tiny_model, tiny_tokenizer
 
 from echo_trl.commands.cli import main as cli
 from echo_trl.tokens.tokenization import TruncationError, tokenize_with_roles
-from echo_trl.train.collator import CollatorSettings, trajectory_features
+from echo_trl.train.offline.collator import CollatorSettings, trajectory_features
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]  # capture starts the scenarios' servers in bubblewrap
 
