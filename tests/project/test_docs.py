@@ -103,10 +103,18 @@ def unknown_flags(argv: list[str]) -> list[str]:
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
         return _train_flags(rest)
+    if cmd == "sft" and rest[:1] == ["--compare"]:  # the two-stage comparison: its own options
+        from echo_trl.demo.two_stage import parse_args
+
+        try:
+            parse_args(rest[1:])
+            return []
+        except SystemExit:
+            return [f"(argparse rejected {shlex.join(rest)})"]
     module = {
         "stats": "stats",
         "build-dataset": "build_dataset",
-        "capture": "capture",
+        "capture": "capture.command",
         "check-scenarios": "check_scenarios",
         "eval-world-model": "eval_world_model",
         "materialize-model": "materialize_model",
