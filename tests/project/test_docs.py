@@ -103,6 +103,14 @@ def unknown_flags(argv: list[str]) -> list[str]:
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
         return _train_flags(rest)
+    if cmd == "sft" and rest[:1] == ["--compare"]:  # the two-stage comparison: its own options
+        from echo_trl.demo.two_stage import parse_args
+
+        try:
+            parse_args(rest[1:])
+            return []
+        except SystemExit:
+            return [f"(argparse rejected {shlex.join(rest)})"]
     from echo_trl.commands.cli import COMMANDS
 
     mod = importlib.import_module(COMMANDS[cmd][0])  # the module the dispatcher runs for CMD
