@@ -23,17 +23,13 @@ predicts the recorded agent turns). Writes under ``--output_dir``: ``curves.png`
 curves), ``lambda_sweep.png`` (final env CE and policy loss per lambda, collapse flagged) and
 ``results.json`` (every number).
 
-Collapse: offline, the agent's actions are recorded, so the paper's collapse (the agent issuing dull
-commands whose output is easy to predict) cannot happen here. The sweep flags its precursors
-instead: a lambda whose held-out action CE (mean over the last quarter of the run: one end point is
-too noisy) is more than ``--collapse_tol`` (relative) above the lambda = 0 run's (the world term is
-pulling the policy away from the recorded behaviour), or whose
-mean policy entropy falls below half of lambda = 0's; and every lambda above 0.1 (where the paper
-saw collapse) is marked. The GRPO policy loss is reported but says little offline: every update is
-the batch's first (importance ratio 1), so its value is minus the mean advantage, the same for every
-lambda; its gradient, not its value, differs. That holds for ``--behavior_policy current``; with
-``initial`` (the starting model as the episodes' behaviour policy) the ratio departs from 1 as training
-moves and clipping bounds the drift (``mean_clip_ratio`` in results.json).
+Collapse: offline, the agent's actions are recorded, so the paper's collapse (dull commands whose output is easy
+to predict) cannot happen here. The sweep flags its precursors instead: a lambda whose held-out action CE (mean
+over the last quarter of the run) is more than ``--collapse_tol`` (relative) above lambda = 0's, or whose mean
+policy entropy falls below half of lambda = 0's; every lambda above 0.1 (where the paper saw collapse) is marked.
+The GRPO policy loss says little offline: with ``--behavior_policy current`` every update is the batch's first
+(ratio 1), so its value is minus the mean advantage for every lambda; with ``initial`` the ratio departs from 1
+as training moves and clipping bounds the drift (``mean_clip_ratio`` in results.json).
 
     python examples/reproduce_world_model_curve.py            # tiny local model, CPU, minutes
     python examples/reproduce_world_model_curve.py --quick    # smaller and shorter
