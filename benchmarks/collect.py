@@ -44,7 +44,7 @@ DATA = REPO / "data" / "awm_scenarios"
 
 def probe_latency(url: str, model: Path, n: int = 5) -> float:
     """Median seconds of one chat completion with library_1's real prompt (tools included) on the idle server."""
-    from echo_trl.data.records import awm_episode_to_trajectory
+    from echo_trl.data.readers.records import awm_episode_to_trajectory
 
     episode = json.loads((REPO / "data" / "episodes" / "library_1_task0.jsonl").read_text().splitlines()[0])
     traj = awm_episode_to_trajectory(episode)

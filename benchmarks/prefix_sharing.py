@@ -3,7 +3,7 @@
 One micro-batch = the G trajectories of one group: a prompt of ``preamble`` tokens (system prompt +
 tool schemas) plus a ~150-token task, and completions of a few hundred to ~1.5k tokens, 70 % env
 output. Each variant computes the per-token log-probs (and entropies) of the completion tokens, a
-GRPO-style loss on the action tokens + 0.1 x ECHO's world loss (``echo_trl.train.loss.world_loss``) on
+GRPO-style loss on the action tokens + 0.1 x ECHO's world loss (``echo_trl.train.step.loss.world_loss``) on
 the env tokens, and its backward (no optimizer step):
 
 * ``unshared``: TRL 1.16's own forward, the call inside ``GRPOTrainer._get_per_token_logps_and_entropies``
@@ -101,7 +101,7 @@ def loss_of(logps, env, action, adv):
     """GRPO-style policy term on the action tokens + 0.1 x ECHO's world term on the env tokens."""
     import torch
 
-    from echo_trl.train.loss import world_loss
+    from echo_trl.train.step.loss import world_loss
 
     ratio = torch.exp(logps - logps.detach())
     policy = (-(ratio * adv[:, None]) * action).sum(-1) / action.sum(-1).clamp(min=1)
@@ -165,7 +165,7 @@ def awm_sharing(batch_sizes: list[int], seed: int = 0) -> dict:
     from echo_trl.demo.tiny import build_tiny_tokenizer
     from echo_trl.prefix.order import prefix_grouped_order
     from echo_trl.prefix.tree import build_prefix_tree
-    from echo_trl.train.collator import CollatorSettings, trajectory_features
+    from echo_trl.train.offline.collator import CollatorSettings, trajectory_features
 
     ds = bundled_dataset(compact_tools=False)
     tok = build_tiny_tokenizer("qwen3", corpus_of(ds), vocab_size=4096)
@@ -347,9 +347,9 @@ def run_trainer(args) -> dict:
 
     from echo_trl.demo.tiny import build_tiny_model
     from echo_trl.train import trl_compat
-    from echo_trl.train.collator import CollatorSettings
     from echo_trl.train.model import context_length
-    from echo_trl.train.offline import collate_batch
+    from echo_trl.train.offline.collator import CollatorSettings
+    from echo_trl.train.offline.recorded import collate_batch
 
     G = (args.groups or [8])[0]
     max_completion = (args.completion_range or (None, 512 if args.quick else 1536))[1]

@@ -7,7 +7,7 @@ and its backward, on the same random-init Qwen3-architecture model with a large 
 * ``echo_trl``: the per-token log-probs of TRL's own GRPO forward (``add_fused_lm_head``:
   ``model(..., labels=..., fused_lm_head=True).log_probs``, the LM head applied tile by tile
   without ever holding the [T, V] logits, exactly the call in ``GRPOTrainer._get_per_token_logps_and_entropies``),
-  then ``echo_trl.train.loss.world_loss`` on them;
+  then ``echo_trl.train.step.loss.world_loss`` on them;
 * ``full_logits``: ``model(...).logits`` ([B, T, V]), ``log_softmax`` in float32, ``gather``, masked
   mean: the seeds' world term.
 
@@ -80,7 +80,7 @@ def make_batch(batch: int, length: int, vocab: int, device):
 
 def echo_world_term(model, ids, attn, k, world):
     """As echo_trl: TRL's fused forward gives completion log-probs; the world term is a masked mean of them."""
-    from echo_trl.train.loss import world_loss
+    from echo_trl.train.step.loss import world_loss
 
     labels = ids.masked_fill(attn == 0, -100)  # TRL 1.16 GRPOTrainer._get_per_token_logps_and_entropies
     labels[:, :-k] = -100

@@ -79,7 +79,7 @@ def run(args) -> dict:
     import torch
 
     from echo_trl.demo.tiny import build_tiny_model, build_tiny_tokenizer
-    from echo_trl.train.collator import CollatorSettings, trajectory_features
+    from echo_trl.train.offline.collator import CollatorSettings, trajectory_features
 
     torch.manual_seed(0)
     quick = args.quick

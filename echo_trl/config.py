@@ -133,10 +133,10 @@ class EchoGRPOConfig(GRPOConfig):
         behavior_policy (`str`, *optional*, defaults to `"initial"`):
             Offline, what the importance ratio of a recorded trajectory without `behavior_logprobs` divides by.
             `"initial"`: the starting model's log-probs, computed once per run (one no-gradient forward per
-            trajectory, cached with the tokenized dataset; `echo_trl.train.behavior`), so GRPO's clipping bounds how
-            far training moves the policy from the model that (usually) recorded the episodes. `"current"`: the
-            policy at each update (importance ratio 1 at every step: clipping never binds across steps). Rows that
-            carry `behavior_logprobs` always use them. docs/benchmarks.md compares the two.
+            trajectory, cached with the tokenized dataset; `echo_trl.train.offline.behavior`), so GRPO's clipping
+            bounds how far training moves the policy from the model that (usually) recorded the episodes.
+            `"current"`: the policy at each update (importance ratio 1 at every step: clipping never binds across
+            steps). Rows that carry `behavior_logprobs` always use them. docs/benchmarks.md compares the two.
     """
 
     world_model_coeff: float = field(

@@ -37,7 +37,7 @@ from .train.sft.loss import align_weights, role_nll, weighted_label_smoothing, w
 from .train.sft.prepare import prepare_sft_dataset
 from .train.sft.reward_filter import filter_by_reward
 from .train.sft.weights import ACTION, OBSERVATION, SFTWeights, batch_weight_sum, class_weights, split_labels
-from .train.trainable import guard_training, require_trainable_tokens
+from .train.step.trainable import guard_training, require_trainable_tokens
 
 __all__ = ["EchoSFTTrainer"]
 

@@ -211,8 +211,8 @@ def scenario_report(awm_args: AWMOnlineArguments, scenarios: list[tuple[object, 
 def main(argv: list[str] | None = None) -> int:
     from trl import get_peft_config, get_quantization_config
 
-    from echo_trl.data import awm_agent
-    from echo_trl.data.formats import default_verify_turn
+    from echo_trl.data.readers import awm_agent
+    from echo_trl.data.readers.formats import default_verify_turn
     from echo_trl.envs.awm.check.usable import usable_selection
     from echo_trl.envs.awm.online.agent import awm_agent_environment_factory
     from echo_trl.envs.awm.online.dataset import awm_task_dataset

@@ -15,7 +15,7 @@ accelerate (``python -m accelerate.commands.launch``): never a skip for one miss
 The same launch shows it ends cleanly: every rank left the process group, and only after the DDP model was
 collected (a rank once hung in DDP's teardown after the work was done; the DeepSpeed launches of
 tests/test_deepspeed.py check their exit the same way). The launch refusals are unit tests
-(tests/commands/test_launch_checks.py); here, in this process, ``echo-trl train`` makes them first, in the
+(tests/commands/support/test_launch_checks.py); here, in this process, ``echo-trl train`` makes them first, in the
 environment accelerate gives a rank, as one line and exit 2.
 """
 

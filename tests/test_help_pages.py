@@ -23,7 +23,7 @@ def test_the_short_training_pages_list_echo_first_and_count_the_rest():
 
     from trl import ModelConfig
 
-    from echo_trl.commands.training_run import EchoScriptArguments
+    from echo_trl.commands.support.training_run import EchoScriptArguments
     from echo_trl.config import EchoGRPOConfig
 
     text = help_pages.page("train")

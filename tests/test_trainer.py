@@ -29,7 +29,7 @@ from helpers.trainer import (
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.train import trl_compat
-from echo_trl.train.advantages import ADVANTAGE_COLUMN
+from echo_trl.train.offline.advantages import ADVANTAGE_COLUMN
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -209,7 +209,7 @@ def test_offline_keeps_recorded_completions_whole_unless_max_completion_length_i
     """TRL's default max_completion_length would cut long recorded episodes silently; offline leaves it unset."""
     from trl import GRPOConfig
 
-    from echo_trl.train.offline import check_settings
+    from echo_trl.train.offline.recorded import check_settings
 
     trl_default = GRPOConfig.__dataclass_fields__["max_completion_length"].default
     long = trajectory(0, 1.0, "a")
@@ -264,7 +264,7 @@ def test_accumulation_with_steps_per_generation_above_accumulation_is_exact_only
     world gradient is the true window gradient x (window's count) / (generation batch's count x GA / spg)."""
     from trl.trainer.utils import split_tensor_dict
 
-    from echo_trl.train.loss import global_count
+    from echo_trl.train.step.loss import global_count
 
     ts = [
         trajectory(0, 1.0, "a"),
@@ -608,7 +608,7 @@ args = tiny_config(os.path.dirname(out), per_device_train_batch_size=per, shuffl
 EchoGRPOTrainer(tiny_model(), args=args, train_dataset=dataset(4), processing_class=tiny_tokenizer("qwen3"),
                 callbacks=[Grab()]).train()
 # the trainer's DDP model collected before the group is destroyed, before exit (else gloo's threads can abort it)
-from echo_trl.commands.launch_checks import leave_process_group
+from echo_trl.commands.support.launch_checks import leave_process_group
 leave_process_group()
 """
 

@@ -13,7 +13,8 @@ from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens import tokenization
 from echo_trl.tokens.cache import TOKEN_COLUMNS, has_tokens
-from echo_trl.train import collator, trl_compat
+from echo_trl.train import trl_compat
+from echo_trl.train.offline import collator
 from echo_trl.trainer import EchoGRPOTrainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -84,7 +85,7 @@ def test_training_and_evaluation_steps_never_render_a_chat_template(tmp_path, mo
     seen = []
     original = collator.trajectory_features
     monkeypatch.setattr(
-        "echo_trl.train.offline.trajectory_features",
+        "echo_trl.train.offline.recorded.trajectory_features",
         lambda tok, row, s: seen.append(has_tokens(row)) or original(tok, row, s),
     )
     eval_trainer.train()  # the dataloader keeps the cached columns (TRL's signature-column removal)

@@ -9,9 +9,9 @@ from pathlib import Path
 from ..command_line import CommandParser, FlagValueError, command_parser, parse_command, positive_int
 from ..data.build import write_awm_dataset
 from ..data.card import dataset_card, plural
-from ..data.episode_files import find_episode_files
-from ..data.formats import FORMATS, VERIFY_TURNS
-from ..data.prompt import DEFAULT_SYSTEM_PROMPT
+from ..data.readers.episode_files import find_episode_files
+from ..data.readers.formats import FORMATS, VERIFY_TURNS
+from ..data.readers.prompt import DEFAULT_SYSTEM_PROMPT
 from ..data.store import DATASET_MARKER, load_echo_dataset, push_dataset
 from ..io.outputs import atomic_output_dir, check_output_dir
 

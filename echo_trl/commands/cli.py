@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "echo_trl.commands.eval_world_model",
         "held-out env-token cross-entropy (the paper's world-model metric)",
     ),
-    "capture": ("echo_trl.commands.capture", "run AWM scenarios locally and record episodes"),
+    "capture": ("echo_trl.commands.capture.command", "run AWM scenarios locally and record episodes"),
     "materialize-model": (
         "echo_trl.commands.materialize_model",
         "a real pretrained model from an installed package as a local model directory (offline)",

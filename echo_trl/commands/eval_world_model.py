@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..command_line import CommandParser, chat_template_path_field, command_parser, parse_command, positive_int
 from ..data.hub import locate
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
-from .loading import load_dataset_named, load_model, load_tokenizer
+from .support.loading import load_dataset_named, load_model, load_tokenizer
 
 DESCRIPTION = """\
 Held-out env-token cross-entropy (nats/token, teacher-forced, temperature 1) of a model on a
@@ -149,9 +149,17 @@ def main(argv: list[str]) -> int:
     )
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     # the token cache train / sft / stats share (built when missing; with --limit only read if it exists)
-    ds = tokenize_dataset(ds, tokenizer, build=args.limit is None, num_proc=args.num_proc) or ds
+    show_progress = False if args.json else None  # bars on a terminal (echo_trl.progress), as stats shows them
+    built = tokenize_dataset(
+        ds, tokenizer, build=args.limit is None, num_proc=args.num_proc, show_progress=show_progress
+    )
     result = evaluate_world_model(
-        model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
+        model,
+        tokenizer,
+        built or ds,
+        max_length=args.max_length,
+        max_completion_length=args.max_completion_length,
+        show_progress=show_progress,
     )
     result = {"model": args.model, "dataset": args.dataset, "chat_template_path": args.chat_template_path, **result}
     if args.json:

@@ -11,7 +11,7 @@ TRL, torch and the trainer are imported inside the functions that use them, so `
 from __future__ import annotations
 
 from ..help_pages import print_page, wants_help
-from .training_run import (
+from .support.training_run import (
     COMMON_TRAINING_FLAGS,
     EchoScriptArguments,
     build_trainer,

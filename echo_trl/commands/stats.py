@@ -20,7 +20,7 @@ from ..tokens.cache import row_tokens, tokenize_dataset
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from ..tokens.stats import format_stats, token_stats, truncated
 from ..tokens.tokenization import annotate_roles, tokenize_with_roles
-from .loading import load_tokenizer, load_trajectories
+from .support.loading import load_tokenizer, load_trajectories
 
 DESCRIPTION = """\
 Tokenize every trajectory exactly as the trainer does (the model's chat template, one

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import EchoTrlError
 from ..help_pages import print_page, wants_help
-from .training_run import (
+from .support.training_run import (
     COMMON_TRAINING_FLAGS,
     EchoScriptArguments,
     build_trainer,

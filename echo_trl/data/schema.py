@@ -134,7 +134,7 @@ def trajectory_to_row(trajectory: Trajectory, format: str = "chat-template") -> 
     """One dataset row (plain Python values matching :data:`FEATURES`).
 
     ``format`` names the conversation format the messages are in (``chat-template`` or
-    ``awm-agent``, see :data:`echo_trl.data.formats.FORMATS`), so that later steps know how it was built.
+    ``awm-agent``, see :data:`echo_trl.data.readers.formats.FORMATS`), so that later steps know how it was built.
     """
     return {
         "prompt": [_message_to_row(m, f"prompt[{i}]") for i, m in enumerate(trajectory.prompt)],

@@ -20,9 +20,9 @@ from ..errors import DatasetSchemaError, EchoTrlError
 from ..io.outputs import atomic_output_dir
 from .card import dataset_card
 from .content import with_content_fingerprint
-from .fields import BEHAVIOR_LOGPROB_FLOOR, BEHAVIOR_LOGPROB_RANGE, BEHAVIOR_LOGPROB_TOLERANCE, logprob_problem
 from .hub import hub_endpoint, hub_offline, hub_unreachable
-from .records import SkippedRecord
+from .readers.fields import BEHAVIOR_LOGPROB_FLOOR, BEHAVIOR_LOGPROB_RANGE, BEHAVIOR_LOGPROB_TOLERANCE, logprob_problem
+from .readers.records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
 __all__ = ["check_rows", "load_echo_dataset", "save_dataset", "validate_dataset"]
@@ -89,7 +89,7 @@ CHECK_BATCH_ROWS = 10_000
 def check_rows(ds: datasets.Dataset, name: str = "dataset") -> None:
     """The row values the schema's types cannot express, read column-wise from Arrow (no row becomes a Python
     object; memory bounded by :data:`CHECK_BATCH_ROWS`): every ``behavior_logprobs`` value is a possible sampled
-    token's log-prob (:func:`~echo_trl.data.fields.logprob_problem`: finite, <= 0 up to a tolerance, above the
+    token's log-prob (:func:`~echo_trl.data.readers.fields.logprob_problem`: finite, <= 0 up to a tolerance, above the
     floor), and ``warnings`` has one list per completion message (or none). The first bad value is a
     :class:`DatasetSchemaError` naming the dataset, row and field."""
     columns = [c for c in ("behavior_logprobs", "warnings", "completion") if c in ds.column_names]

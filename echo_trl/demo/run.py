@@ -45,7 +45,7 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
 
 def _demo_episode_files(args: DemoArguments, out: Path) -> tuple[list[Path], str, Path | None]:
     """Episode files, a description of where they come from, and a ``splits.json`` if one goes with them."""
-    from ..data.episode_files import find_episode_files
+    from ..data.readers.episode_files import find_episode_files
 
     if args.data_dir:
         files = find_episode_files([args.data_dir])
@@ -79,7 +79,7 @@ def split_by_task(ds, splits: Path | None, held_every: int = 4):
 def names_only_tools(ds):
     """Replace full tool schemas by bare names: AWM's MCP descriptions are ~10k tokens per prompt, too long
     for a CPU demo (the names keep the template's tool-calling section and the filters' tool list)."""
-    from ..data.tools import tool_schema
+    from ..data.readers.tools import tool_schema
 
     def strip(row):
         return {"tools": [json.dumps(tool_schema(json.loads(t)["function"]["name"])) for t in row["tools"]]}

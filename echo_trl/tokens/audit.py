@@ -1,6 +1,6 @@
 """The role audit: every row's token roles checked against its messages, whatever derived them.
 
-Roles are derived from a chat template's renders (:mod:`echo_trl.tokens.layout`); a template shape the
+Roles are derived from a chat template's renders (:mod:`echo_trl.tokens.template.layout`); a template shape the
 derivation misreads would otherwise train silently on wrong tokens (an action run that runs on into a
 tool message's header trains the policy on the environment's text). The audit reads only the tokens,
 their roles and the messages, and refuses the row (:class:`RoleAuditError`, one line naming the message

@@ -104,7 +104,7 @@ def passes_filters(quality: dict[str, float], settings) -> bool:
     """Whether a rollout's env tokens may train the world model (the filters gate only the world term).
 
     ``settings`` has ``min_valid_tool_call_pct``, ``min_parse_clean_pct`` and ``min_correct_pct``
-    (:class:`echo_trl.train.collator.CollatorSettings`).
+    (:class:`echo_trl.train.offline.collator.CollatorSettings`).
     """
     return (
         quality["valid_tool_call_pct"] >= settings.min_valid_tool_call_pct

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..data.fields import logprob_problem
-from ..data.prompt import DEFAULT_SYSTEM_PROMPT
-from ..data.records import awm_episode_to_trajectory, sampled_turns, token_ids_hash
+from ..data.readers.fields import logprob_problem
+from ..data.readers.prompt import DEFAULT_SYSTEM_PROMPT
+from ..data.readers.records import awm_episode_to_trajectory, sampled_turns, token_ids_hash
 from ..errors import EchoTrlError
 from ..roles import Role
 from .tokenization import tokenize_with_roles

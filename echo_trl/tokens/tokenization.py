@@ -12,7 +12,7 @@ a text before BPE runs, so the pieces are what the whole-text tokenization would
 this reproduces the whole-text ids is checked on the same conversation with the special-token text
 neutralized, and an error says so when a tokenizer does not allow it.
 
-:func:`echo_trl.tokens.layout.layout` gives every character of the rendered text a role; a token takes the
+:func:`echo_trl.tokens.template.layout.layout` gives every character of the rendered text a role; a token takes the
 role of the span holding its first character (a BPE token that merges the last character of a tool
 output with the newline after it counts as env output).
 """
@@ -30,8 +30,8 @@ from ..data.schema import row_to_trajectory
 from ..errors import EchoTrlError, TemplateError
 from ..roles import Role, Trajectory
 from .audit import RoleAuditError, audit_roles
-from .layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from .size_limit import check_content_size, check_rendered_size
+from .template.layout import WARNING_SEPARATOR, Layout, layout, tokenizer_state
 from .world_mask import target_codes, world_mask
 
 __all__ = [

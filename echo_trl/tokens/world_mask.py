@@ -1,7 +1,7 @@
 """Which tokens the world-model loss trains on: one definition, offline and online.
 
 Offline (recorded trajectories) the per-token roles come from :mod:`echo_trl.tokens.tokenization`; online
-(completions TRL generated) :mod:`echo_trl.train.online_masks` derives the same role codes from TRL's
+(completions TRL generated) :mod:`echo_trl.train.online.masks` derives the same role codes from TRL's
 ``tool_mask`` and the env-output mask it locates. Both then call :func:`world_mask`.
 
 ``max_world_model_tokens`` has one meaning: at most that many world-target tokens (the first ones)

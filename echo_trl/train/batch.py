@@ -3,7 +3,7 @@
 TRL's batch holds the left-padded ``prompt_ids`` / ``prompt_mask`` and the right-padded ``completion_ids`` /
 ``completion_mask``, with ``tool_mask`` (1 = the model's own token) where a tool loop ran; ECHO adds
 ``env_output_mask``, ``warning_mask`` and ``world_mask`` over the completion (offline from
-:mod:`echo_trl.train.collator`, online from :mod:`echo_trl.train.online_masks`). Pure: torch values only.
+:mod:`echo_trl.train.offline.collator`, online from :mod:`echo_trl.train.online.masks`). Pure: torch values only.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..data.citations import AWM_CITATION
 from ..data.hub import is_hub_id
-from ..tokens.chat_template import template_label
+from ..tokens.template.chat_template import template_label
 from .trl_compat import grpo_citation
 
 __all__ = ["echo_card_section", "add_echo_section", "final_metrics", "sft_card_section", "add_sft_section"]

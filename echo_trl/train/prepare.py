@@ -6,16 +6,17 @@ a name, or absent) and the model (loaded by name; the starting-model log-probs f
 1. every later tokenization with the trainer's tokenizer obeys ``max_rendered_chars``; trajectories are checked
    row-wise (:func:`~echo_trl.data.store.check_rows`: ``behavior_logprobs`` in range, one ``warnings`` list per
    completion message; datasets passed in Python are not loaded through it) and a train set must have a token to
-   train (:func:`~echo_trl.train.trainable.require_trainable_tokens`);
-2. offline, the recorded trajectories get their GRPO advantages (:func:`~echo_trl.train.advantages.with_advantages`);
-   held-out ones also get a row number (:func:`~echo_trl.train.offline.prepare_eval`);
+   train (:func:`~echo_trl.train.step.trainable.require_trainable_tokens`);
+2. offline, the recorded trajectories get their GRPO advantages
+   (:func:`~echo_trl.train.offline.advantages.with_advantages`);
+   held-out ones also get a row number (:func:`~echo_trl.train.offline.recorded.prepare_eval`);
 3. trajectories get their cached tokens and rollout quality (:mod:`echo_trl.tokens.cache`, once per dataset and
    tokenizer), and every one must keep a completion token under ``max_completion_length``;
 4. the train trajectories get the starting model's log-probs (``behavior_policy="initial"``,
-   :mod:`echo_trl.train.behavior`), or under ZeRO-3 / FSDP a row number and a :class:`StartingLogps` that adds
+   :mod:`echo_trl.train.offline.behavior`), or under ZeRO-3 / FSDP a row number and a :class:`StartingLogps` that adds
    them at the first batch;
-5. every train trajectory gets its row number (:data:`~echo_trl.train.collator.TRAIN_INDEX`), by which errors and
-   warnings name a batch's rows.
+5. every train trajectory gets its row number (:data:`~echo_trl.train.offline.collator.TRAIN_INDEX`), by which
+   errors and warnings name a batch's rows.
 
 Online datasets (prompts) pass through steps 2-4 as they are; online held-out trajectories are prepared as
 offline ones.
@@ -28,11 +29,11 @@ from typing import Any, NamedTuple
 from ..data.store import check_rows
 from ..tokens.size_limit import DEFAULT_MAX_RENDERED_CHARS, set_max_rendered_chars
 from . import trl_compat
-from .advantages import with_advantages
-from .behavior import StartingLogps, with_starting_logps
-from .collator import TRAIN_INDEX, CollatorSettings
-from .offline import check_completion_room, is_trajectory_dataset, prepare_eval, with_tokens
-from .trainable import require_trainable_tokens
+from .offline.advantages import with_advantages
+from .offline.behavior import StartingLogps, with_starting_logps
+from .offline.collator import TRAIN_INDEX, CollatorSettings
+from .offline.recorded import check_completion_room, is_trajectory_dataset, prepare_eval, with_tokens
+from .step.trainable import require_trainable_tokens
 
 __all__ = ["PreparedDatasets", "prepare_datasets"]
 
@@ -68,7 +69,8 @@ def prepare_datasets(
 
 def check_trajectories(args, train_dataset, eval_dataset) -> None:
     """Row values of every trajectory dataset (:func:`~echo_trl.data.store.check_rows`), and a train set with at
-    least one token the configured loss terms train (:func:`~echo_trl.train.trainable.require_trainable_tokens`)."""
+    least one token the configured loss terms train
+    (:func:`~echo_trl.train.step.trainable.require_trainable_tokens`)."""
     evals = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
     named = [
         ("train_dataset", train_dataset),

@@ -44,7 +44,7 @@ from trl.trainer.utils import use_adapter
 from ..prefix.attention import SharedLogps, shared_logps
 from ..prefix.order import blocks_in_drawn_order
 from .batch import GeneratedRollouts, forward_inputs
-from .rollout_threads import RolloutThreads, ToolPrefetch, concurrent, verify_all
+from .online.rollout_threads import RolloutThreads, ToolPrefetch, concurrent, verify_all
 
 #: The TRL releases this module is written against (``pyproject.toml`` pins the same range).
 TRL_VERSION_RANGE = ("1.16", "1.17")
@@ -140,7 +140,7 @@ def no_grad_logps(trainer, batch: dict[str, Any], *, share: bool) -> torch.Tenso
     """Per-token log-probs of ``trainer.model`` on a collated ``batch`` as TRL 1.16's loss forward computes them (its
     temperature, the accelerator's autocast; the shared-prefix forward when ``share``), without gradient and
     without logging metrics (TRL's own method, not the trainer's override): the starting-model log-probs of
-    :mod:`echo_trl.train.behavior`, at trainer init."""
+    :mod:`echo_trl.train.offline.behavior`, at trainer init."""
     model, args = trainer.model, trainer.args
     input_ids, attention_mask, logits_to_keep = (
         t.to(trainer.accelerator.device) if torch.is_tensor(t) else t for t in forward_inputs(batch)
@@ -274,7 +274,8 @@ def needs_old_logps(trainer) -> bool:
 @contextmanager
 def concurrent_tool_calls(trainer, completions: list, threads: RolloutThreads):
     """Inside the block, TRL 1.16's ``_tool_call_loop`` reads per-rollout tools whose calls go out for every
-    rollout at once (:class:`~echo_trl.train.rollout_threads.ToolPrefetch`), when the batch's environments allow it."""
+    rollout at once (:class:`~echo_trl.train.online.rollout_threads.ToolPrefetch`), when the batch's environments
+    allow it."""
     original = getattr(trainer, "_sync_tool_dicts", None)
     if original is None or not concurrent(trainer.environments):
         yield

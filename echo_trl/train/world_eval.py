@@ -25,7 +25,7 @@ from ..roles import Role
 from ..tokens.cache import has_tokens, row_tokens
 from ..tokens.tokenization import tokenize_with_roles
 from .batch import CompletionMasks
-from .loss import WorldTotals, masked_nll
+from .step.loss import WorldTotals, masked_nll
 
 __all__ = ["evaluate_world_model", "trajectory_env_nll"]
 

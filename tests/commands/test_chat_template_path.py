@@ -16,7 +16,7 @@ from echo_trl.commands.cli import main as cli_main
 from echo_trl.data.build import build_awm_dataset
 from echo_trl.demo.episodes import synthetic_episodes, write_episodes
 from echo_trl.demo.tiny import trl_chat_template
-from echo_trl.tokens.chat_template import template_digest
+from echo_trl.tokens.template.chat_template import template_digest
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -126,8 +126,8 @@ def test_train_and_sft_render_save_and_record_the_template(assets, tmp_path, com
 
 def test_capture_model_policy_plays_with_the_template_given(assets):
     """`capture --policy model:PATH`: a ChatML template without tool calls is refused; the one given is played."""
-    from echo_trl.commands.capture_args import CaptureArguments
-    from echo_trl.commands.capture_run import model_policy, settings
+    from echo_trl.commands.capture.args import CaptureArguments
+    from echo_trl.commands.capture.run import model_policy, settings
     from echo_trl.errors import EchoTrlError
 
     root, model, template = assets

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from helpers.docs import cli_in_process
 from helpers.episodes import openenv_episode
-from helpers.hub import CountingEndpoint
 from helpers.processes import unprivileged
 from helpers.shared_data import AWM1K_SAMPLES, require_shared
 
@@ -48,38 +48,43 @@ def test_package_and_help_start_without_torch_or_trl_and_every_public_name_resol
     assert set(echo_trl.__all__) <= set(dir(echo_trl))
 
 
-def test_build_dataset_lenient_then_stats_json(tmp_path):
+def test_build_dataset_lenient_then_stats_json(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
+
+    def run(*argv):
+        code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
+        assert guard.count == 0, guard.attempts
+        return code, out, err
 
     eps = tmp_path / "eps.jsonl"
     eps.write_text(
         "\n".join([json.dumps(openenv_episode()), '{"scenario": 1}', json.dumps(openenv_episode(task_idx=3))]) + "\n"
     )
-    strict = run_cli("build-dataset", eps, "--output", tmp_path / "ds")
-    assert strict.returncode == 2 and "Traceback" not in strict.stderr
-    assert "eps.jsonl:2: scenario: expected a string, got an integer" in strict.stderr
+    code, _, err = run("build-dataset", eps, "--output", tmp_path / "ds")
+    assert code == 2 and "Traceback" not in err
+    assert "eps.jsonl:2: scenario: expected a string, got an integer" in err
 
-    lenient = run_cli("build-dataset", eps, "--output", tmp_path / "ds", "--skip-invalid")
-    assert lenient.returncode == 0, lenient.stderr
-    assert "built 2 episodes" in lenient.stdout and "skipped 1 invalid record" in lenient.stderr
+    code, out, err = run("build-dataset", eps, "--output", tmp_path / "ds", "--skip-invalid")
+    assert code == 0, err
+    assert "built 2 episodes" in out and "skipped 1 invalid record" in err
     (report,) = [json.loads(line) for line in (tmp_path / "ds" / "skipped.jsonl").read_text().splitlines()]
     assert report["record"] == "2" and report["raw"] == {"scenario": 1}
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    stats = run_cli("stats", tmp_path / "ds", "--tokenizer", tmp_path / "tok", "--json")
-    assert stats.returncode == 0, stats.stderr
-    result = json.loads(stats.stdout)  # stdout holds exactly one JSON object
+    code, out, err = run("stats", tmp_path / "ds", "--tokenizer", tmp_path / "tok", "--json")
+    assert code == 0, err
+    result = json.loads(out)  # stdout holds exactly one JSON object
     assert result["episodes"] == 2 and set(result["tokens"]) == {"context", "action", "env_output", "warning"}
     assert result["tokens"]["warning"] > 0  # the fixture carries a harness warning
 
 
-def test_missing_tokenizer_is_a_clean_error(tmp_path):
+def test_missing_tokenizer_is_a_clean_error(tmp_path, monkeypatch, capsys):
     eps = tmp_path / "e.json"
     eps.write_text(json.dumps(openenv_episode()))
     (tmp_path / "empty").mkdir()  # a directory that holds no tokenizer
-    r = run_cli("stats", eps, "--tokenizer", tmp_path / "empty")
-    assert r.returncode == 2 and "cannot load tokenizer" in r.stderr and "Traceback" not in r.stderr
-    assert r.stderr.count("\n") == 1
+    code, _, err, _ = cli_in_process(["stats", eps, "--tokenizer", tmp_path / "empty"], monkeypatch, capsys)
+    assert code == 2 and "cannot load tokenizer" in err and "Traceback" not in err
+    assert err.count("\n") == 1
 
 
 def _capture_args(tmp_path, output):
@@ -233,7 +238,8 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
 
 
 def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
-    from echo_trl.commands import build_dataset, capture, eval_world_model, stats
+    from echo_trl.commands import build_dataset, eval_world_model, stats
+    from echo_trl.commands.capture import command as capture
 
     assert (
         "--max_length" in stats.make_parser().format_help()
@@ -283,14 +289,7 @@ def test_flags_use_underscores_accept_hyphens_and_are_never_abbreviated(capsys):
 # Local paths never go to the Hub; Hub ids fail fast without network
 
 
-@pytest.fixture
-def hub():
-    endpoint = CountingEndpoint()
-    yield endpoint
-    endpoint.close()
-
-
-def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, hub):
+def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
@@ -315,58 +314,24 @@ def test_missing_local_paths_are_one_line_errors_without_asking_the_hub(tmp_path
         ),
     ]
     for argv, named in cases:
-        r = subprocess.run(
-            [sys.executable, "-m", "echo_trl.commands.cli", *map(str, argv)],
-            capture_output=True,
-            text=True,
-            env=hub.env(),
-            timeout=300,
-        )
-        assert r.returncode == 2, r.stderr
-        assert r.stderr.count("\n") == 1 and f"{named}: no such file or directory" in r.stderr, r.stderr
-    assert hub.count == 0  # not one request for a local path
+        code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
+        assert code == 2, err
+        assert err.count("\n") == 1 and f"{named}: no such file or directory" in err, err
+        assert guard.count == 0, guard.attempts  # not one request for a local path
 
 
-def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, hub):
+def test_hub_id_without_network_fails_at_once_naming_hf_hub_offline(tmp_path, monkeypatch, capsys):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "echo_trl.commands.cli",
-            "stats",
-            "someone/awm-echo",
-            "--tokenizer",
-            str(tmp_path / "tok"),
-        ],
-        capture_output=True,
-        text=True,
-        env=hub.env(),
-        timeout=300,
-    )
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "dataset someone/awm-echo: no such file or directory" in r.stderr and "HF_HUB_OFFLINE=1" in r.stderr
-    assert hub.count == 1  # one probe, no library retries (they took ~30 s before)
-    offline = {**hub.env(), "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "echo_trl.commands.cli",
-            "stats",
-            "someone/awm-echo",
-            "--tokenizer",
-            str(tmp_path / "tok"),
-        ],
-        capture_output=True,
-        text=True,
-        env=offline,
-        timeout=300,
-    )
-    assert r.returncode == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in r.stderr, r.stderr
-    assert hub.count == 1  # offline: the Hub is not asked at all
+    argv = ["stats", "someone/awm-echo", "--tokenizer", tmp_path / "tok"]
+    code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "dataset someone/awm-echo: no such file or directory" in err and "HF_HUB_OFFLINE=1" in err
+    assert guard.count == 1, guard.attempts  # one probe, no library retries (they took ~30 s before)
+    code, out, err, guard = cli_in_process(argv, monkeypatch, capsys, HF_HUB_OFFLINE="1")
+    assert code == 2 and "not in the local Hub cache (HF_HUB_OFFLINE is set" in err, err
+    assert guard.count == 0, guard.attempts  # offline: the Hub is not asked at all
 
 
 def test_build_dataset_shows_no_progress_bar_for_a_small_save(tmp_path):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from echo_trl.command_line import CommandParser, non_negative_number, positive_int, positive_number
-from echo_trl.commands import build_dataset, capture, eval_world_model, stats
+from echo_trl.commands import build_dataset, eval_world_model, stats
+from echo_trl.commands.capture import command as capture
 from echo_trl.commands.cli import COMMANDS, main
 from echo_trl.errors import EchoTrlError
 

@@ -256,7 +256,7 @@ def hostile(tmp_path_factory):
     )
 )
 def test_capture_against_any_hostile_server_mode_is_one_line_or_strict_json(modes, hostile, tmp_path_factory, capsys):
-    from echo_trl.data.episode_files import iter_episode_records
+    from echo_trl.data.readers.episode_files import iter_episode_records
 
     server, tok = hostile
     out = tmp_path_factory.mktemp("hostile") / "out"

@@ -10,7 +10,7 @@ from helpers.episodes import openenv_episode
 from echo_trl.data.build import trajectories_to_dataset
 from echo_trl.data.card import dataset_card, plural
 from echo_trl.data.citations import ECHO_CITATION
-from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from echo_trl.data.build import build_awm_dataset, trajectories_to_dataset
-from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 from echo_trl.data.schema import FEATURES, row_to_trajectory
 from echo_trl.data.store import load_echo_dataset, save_dataset, validate_dataset
 from echo_trl.errors import DatasetSchemaError, EpisodeError
@@ -337,7 +337,7 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
 
 
 def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
-    from echo_trl.data.awm_agent import SYSTEM_PROMPT
+    from echo_trl.data.readers.awm_agent import SYSTEM_PROMPT
 
     (episode_dir / "a.json").write_text(
         json.dumps(

@@ -173,6 +173,29 @@ class NetworkGuard:
         monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
 
 
+def cli_in_process(argv, monkeypatch, capsys, **env) -> tuple[int, str, str, NetworkGuard]:
+    """``echo-trl ARGV`` in this process as in a user's shell: the Hub switched on but unreachable (every
+    connection beyond the loopback counted and refused by the guard), ``env`` set: its exit code, stdout,
+    stderr and the guard."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    guard = NetworkGuard(monkeypatch)
+    if env.get("HF_HUB_OFFLINE"):  # the libraries read it once, at import: set where a fresh process has it
+        import datasets.config
+        import huggingface_hub.constants
+
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    from echo_trl.commands.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err, guard
+
+
 @contextlib.contextmanager
 def user_shell(tmp_path: Path, *, cache: Path | None = None, episodes_per_task: int | None = None):
     """This process set up as a user's shell in the document's directory, and put back afterwards: cwd, the

@@ -34,7 +34,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "awm_scenarios"
 
 def _library_texts() -> list[str]:
     """library_1's tasks and its tool schemas as the chat template writes them (from a bundled episode)."""
-    from echo_trl.data.tools import tool_schemas
+    from echo_trl.data.readers.tools import tool_schemas
 
     episode = json.loads((SCENARIOS.parent / "episodes" / "library_1_task0.jsonl").read_text().splitlines()[0])
     lines = SCENARIOS.joinpath("gen_tasks.jsonl").read_text().splitlines()

@@ -18,7 +18,7 @@ CONFIGS = REPO / "examples" / "accelerate_configs"
 CLI = ["-m", "echo_trl.commands.cli"]
 
 #: ``sitecustomize`` for the launched processes only (``PYTHONPATH``): per rank, the starting-model log-probs
-#: :func:`echo_trl.train.behavior.starting_logps` returned, and at ``save_model`` the parameters, the world
+#: :func:`echo_trl.train.offline.behavior.starting_logps` returned, and at ``save_model`` the parameters, the world
 #: size, the DeepSpeed ZeRO stage and how much of the weights this process held; when the process group is
 #: destroyed, whether the trained (DDP / DeepSpeed) model was already collected. Nothing in echo_trl changes.
 PROBE = """
@@ -26,7 +26,7 @@ import os
 if os.environ.get("ECHO_TRL_TEST_PROBE_DIR") and "RANK" in os.environ:
     import torch
     import echo_trl.trainer as _t
-    import echo_trl.train.behavior as _b
+    import echo_trl.train.offline.behavior as _b
     from echo_trl.train.engines import local_shard
 
     _out = lambda what: os.path.join(os.environ["ECHO_TRL_TEST_PROBE_DIR"], "%s%s.pt" % (what, os.environ["RANK"]))

@@ -11,10 +11,18 @@ TEMPLATE_FAMILIES = ("qwen2_5", "qwen3", "llama3_1")
 
 
 @functools.cache
-def tiny_tokenizer(family: str = "qwen3"):
+def _built_tokenizer(family: str):
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
     return build_tiny_tokenizer(family)
+
+
+def tiny_tokenizer(family: str = "qwen3"):
+    """A copy of the family's tokenizer, built once: libraries change the tokenizer they are given (TRL sets a
+    response schema on it when it gets tools), and no test may see what an earlier one did (~4 ms a copy)."""
+    import copy
+
+    return copy.deepcopy(_built_tokenizer(family))
 
 
 def tiny_model(seed: int = 0):

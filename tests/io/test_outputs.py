@@ -16,7 +16,7 @@ from helpers.episodes import openenv_episode
 from helpers.processes import unprivileged
 
 from echo_trl.data.build import trajectories_to_dataset
-from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 from echo_trl.data.store import load_echo_dataset, save_dataset
 from echo_trl.errors import EchoTrlError
 from echo_trl.io import atomic

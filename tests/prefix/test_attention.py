@@ -20,7 +20,7 @@ from echo_trl.prefix.attention import (
     shared_logps,
     sharing_refusal,
 )
-from echo_trl.train.loss import world_loss
+from echo_trl.train.step.loss import world_loss
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -176,7 +176,7 @@ def test_ddp_wrapped_model_gives_the_same_gradients(tmp_path):
 
 
 def test_world_loss_and_grpo_loss_from_shared_logps_match():
-    """ECHO's world term (echo_trl.train.loss.world_loss over env tokens) and a GRPO-style clipped-ratio term."""
+    """ECHO's world term (echo_trl.train.step.loss.world_loss over env tokens) and a GRPO-style clipped-ratio term."""
     prompts, completions = _shapes()["groups_share_preamble"]
     ids, mask, k = _batch(prompts, completions)
     g = torch.Generator().manual_seed(3)

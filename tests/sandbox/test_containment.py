@@ -43,7 +43,7 @@ from helpers.awm_attacks import (
 )
 from helpers.processes import descendant_pids
 
-from echo_trl.commands import capture
+from echo_trl.commands.capture import command as capture
 from echo_trl.envs.awm.runtime.episode import remove_stale_dirs
 from echo_trl.sandbox import bwrap as sandbox
 

@@ -15,7 +15,7 @@ from helpers.rendering import make_trajectory
 
 from echo_trl.roles import Role, Trajectory, tool_call
 from echo_trl.tokens.audit import RoleAuditError, audit_roles
-from echo_trl.tokens.layout import layout
+from echo_trl.tokens.template.layout import layout
 from echo_trl.tokens.tokenization import tokenize_rows, tokenize_with_roles
 
 ACTION, ENV = Role.ACTION.code, Role.ENV_OUTPUT.code

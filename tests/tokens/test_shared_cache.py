@@ -21,7 +21,7 @@ from echo_trl.tokens import cache as token_cache
 from echo_trl.tokens.cache import IDS, ROLES, TOKEN_COLUMNS, add_row_column, token_cache_dir, tokenize_dataset
 from echo_trl.tokens.stats import token_stats
 from echo_trl.tokens.tokenization import tokenize_with_roles
-from echo_trl.train.advantages import ADVANTAGE_COLUMN, with_advantages
+from echo_trl.train.offline.advantages import ADVANTAGE_COLUMN, with_advantages
 
 EPISODES = REPO / "data" / "episodes"
 

@@ -12,8 +12,7 @@ from helpers.tiny import tiny_tokenizer
 
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.data.build import trajectories_to_dataset
-from echo_trl.data.records import awm_episode_to_trajectory
-from echo_trl.tokens import layout as layout_module
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 from echo_trl.tokens.size_limit import (
     DEFAULT_MAX_RENDERED_CHARS,
     RenderedSizeError,
@@ -21,6 +20,7 @@ from echo_trl.tokens.size_limit import (
     max_rendered_chars,
     set_max_rendered_chars,
 )
+from echo_trl.tokens.template import layout as layout_module
 from echo_trl.tokens.tokenization import tokenize_with_roles
 
 

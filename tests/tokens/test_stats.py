@@ -6,7 +6,7 @@ from helpers.episodes import openenv_episode
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.data.build import build_awm_dataset, trajectories_to_dataset
-from echo_trl.data.records import awm_episode_to_trajectory
+from echo_trl.data.readers.records import awm_episode_to_trajectory
 from echo_trl.tokens.stats import format_stats, token_stats
 from echo_trl.tokens.tokenization import tokenize_with_roles
 

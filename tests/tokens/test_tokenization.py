@@ -14,7 +14,7 @@ from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.errors import TemplateError
 from echo_trl.roles import Role, Trajectory
 from echo_trl.tokens.tokenization import WARNING_SEPARATOR, TruncationError, tokenize_batch, tokenize_with_roles

@@ -11,8 +11,8 @@ from helpers.tiny import tiny_tokenizer
 from echo_trl.roles import Role
 from echo_trl.tokens.world_mask import world_mask
 from echo_trl.train.batch import GeneratedRollouts
-from echo_trl.train.collator import CollatorSettings, trajectory_features
-from echo_trl.train.online_masks import online_masks
+from echo_trl.train.offline.collator import CollatorSettings, trajectory_features
+from echo_trl.train.online.masks import online_masks
 
 C, A, E, W, OBS = (r.code for r in (Role.CONTEXT, Role.ACTION, Role.ENV_OUTPUT, Role.WARNING, Role.OBSERVATION))
 #          action | observation 1 (wrapper, 3 env, warning) | action | observation 2 (two tool messages)

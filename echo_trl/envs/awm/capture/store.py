@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ....data.episode_files import iter_episode_records
+from ....data.readers.episode_files import iter_episode_records
 from ....io.jsonl_store import JsonlStore, StoreError
 
 EPISODE_GLOB = "*_task*.jsonl"

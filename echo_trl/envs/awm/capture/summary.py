@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from ....data.records import sampled_turns
+from ....data.readers.records import sampled_turns
 from ....io.atomic import write_file
 from ..scenario.rewards import FORMAT_ERRORS
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ....data import awm_agent
+from ....data.readers import awm_agent
 from ..check.usable import ScenarioReport, screen_scenarios
 from ..runtime.agent_turns import agent_reply
 from ..runtime.pool import ServerPool

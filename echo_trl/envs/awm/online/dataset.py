@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ....data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
+from ....data.readers.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
 from ..check.usable import ReportError, ScenarioReport, as_report, usable_selection
 from ..scenario.source import Scenario
 

@@ -16,7 +16,7 @@ Instances hold no server: every episode runs on a :class:`~echo_trl.envs.awm.run
 session with its own database copy, servers start lazily and at most ``max_servers`` live at
 once (least recently used closed first). The class declares ``concurrent_rollouts``: its instances share
 no mutable state, so ``EchoGRPOTrainer`` runs a batch's tool calls and verifications in threads
-(:mod:`echo_trl.train.rollout_threads`); ``reset`` starts the scenario's servers ahead of them (up to one
+(:mod:`echo_trl.train.online.rollout_threads`); ``reset`` starts the scenario's servers ahead of them (up to one
 per open episode, within ``max_servers``: :meth:`~echo_trl.envs.awm.runtime.pool.ServerPool.warm`).
 The reward is the task verifier's (complete 1.0, ...)
 or the format-error reward when the rollout made a format error (AWM: the rollout goes on, its
@@ -44,8 +44,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ....data.formats import VERIFY_TURNS
-from ....data.tools import serialize_output
+from ....data.readers.formats import VERIFY_TURNS
+from ....data.readers.tools import serialize_output
 from ..check.usable import ScenarioReport, screen_scenarios
 from ..runtime.episode import Episode
 from ..runtime.pool import ServerPool

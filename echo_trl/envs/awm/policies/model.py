@@ -11,7 +11,7 @@ in one turn are executed (and recorded) one step each.
 
 :class:`AWMAgentModelPolicy` (``capture --format awm-agent --policy model:PATH``) speaks the official
 AWM agent's conversation instead: the official system prompt, no tool schemas in the chat template,
-each turn parsed with :func:`echo_trl.data.awm_agent.next_action` (its first ``<tool_call>`` block;
+each turn parsed with :func:`echo_trl.data.readers.awm_agent.next_action` (its first ``<tool_call>`` block;
 further blocks are ignored, one call per turn; no readable call = the final answer, which goes to the
 verifier), replies from :func:`~echo_trl.envs.awm.runtime.agent_turns.agent_reply`.
 """
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....data import awm_agent
-from ....data.prompt import prompt_messages
+from ....data.readers import awm_agent
+from ....data.readers.prompt import prompt_messages
 from ..runtime.agent_turns import agent_reply
 from ..runtime.episode import Episode
 from .policy import PolicyError, live_prompt

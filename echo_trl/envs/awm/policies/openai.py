@@ -6,7 +6,7 @@
 functions the dataset builder renders the recording with, so the prompt of every turn is the one the
 trainer sees: chat-template (the scenario's tools as the API's ``tools``, one assistant message per
 tool call, the server's parsed ``tool_calls``) or awm-agent (the official agent's system prompt, no
-``tools``, each turn's text parsed with :func:`echo_trl.data.awm_agent.next_action`, replies from
+``tools``, each turn's text parsed with :func:`echo_trl.data.readers.awm_agent.next_action`, replies from
 :func:`~echo_trl.envs.awm.runtime.agent_turns.agent_reply`). A request the server refuses as too long
 ends that episode (noted), so does a response the client or :func:`sampled_turn` cannot use (over the size
 cap, not strict JSON, a malformed field); a server failing after the client's retries stops the run (finished episodes
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....clients.openai import BadResponse, OpenAIClient, RequestRefused
-from ....data import awm_agent
-from ....data.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
+from ....data.readers import awm_agent
+from ....data.readers.prompt import DEFAULT_SYSTEM_PROMPT, prompt_messages
 from ....io import strict_json
 from ....redact import redact
 from ....roles import Message, tool_call

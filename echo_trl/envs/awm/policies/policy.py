@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ....data.prompt import prompt_messages
-from ....data.tools import serialize_output, tool_schemas
+from ....data.readers.prompt import prompt_messages
+from ....data.readers.tools import serialize_output, tool_schemas
 from ....errors import EchoTrlError
 from ....roles import Message
 from ..runtime.episode import Episode
@@ -47,7 +47,7 @@ def play_episode(
 
 
 def observation_text(obs: dict[str, Any]) -> str:
-    """What the agent saw of an observation (the text ``echo_trl.data.awm`` renders as ``env_output``)."""
+    """What the agent saw of an observation (the text ``echo_trl.data.readers.awm`` renders as ``env_output``)."""
     return "\n".join(
         serialize_output(obs[k]) for k in ("tool_result", "error", "verify_result") if obs.get(k) is not None
     )
@@ -57,7 +57,7 @@ def live_prompt(system_prompt: str | None, episode: Episode) -> tuple[list[Messa
     """The prompt messages and tool schemas a model policy starts ``episode`` with.
 
     Built by the functions the dataset builder renders the episode's recording with
-    (:func:`~echo_trl.data.prompt.prompt_messages`, :func:`~echo_trl.data.tools.tool_schemas`), so
+    (:func:`~echo_trl.data.readers.prompt.prompt_messages`, :func:`~echo_trl.data.readers.tools.tool_schemas`), so
     the model saw at capture time the prompt it is trained on.
     """
     return prompt_messages(system_prompt, episode.scenario, episode.task), tool_schemas(episode.runtime.tools)

@@ -21,8 +21,8 @@ stops early when the environment ends the episode (server failure; a format erro
 
 Recorded episodes are replay input too: the OpenEnv capture shape (what ``echo-trl capture``
 writes) and AWM's ``trajectory.json``, as ``.json`` / ``.jsonl`` files or directories of them,
-read with :func:`echo_trl.data.episode_files.iter_episode_records` and validated by
-:func:`echo_trl.data.records.awm_episode_to_trajectory` (errors name file, record and field). Their tool
+read with :func:`echo_trl.data.readers.episode_files.iter_episode_records` and validated by
+:func:`echo_trl.data.readers.records.awm_episode_to_trajectory` (errors name file, record and field). Their tool
 calls are replayed (a final ``verify`` step, or a ``verification`` entry, becomes the verifier
 run with the recorded final answer), and every step is compared with the recording
 (:mod:`~echo_trl.envs.awm.policies.replay_check`).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ....data.episode_files import iter_episode_records
-from ....data.records import awm_episode_to_trajectory
+from ....data.readers.episode_files import iter_episode_records
+from ....data.readers.records import awm_episode_to_trajectory
 from ....errors import EpisodeError
 from ..runtime.episode import Episode
 from .policy import PolicyError

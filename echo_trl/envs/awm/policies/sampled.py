@@ -7,7 +7,7 @@ naming it (the policy ends that episode, noted). What only spoils the turn's log
 (``problem``; the episode goes on and keeps no log-probs for it): a lone surrogate in its text (replaced by
 U+FFFD, so the text is no longer what was sampled), a token id that is no token id (negative, >= 2^31, a
 ``token_id:`` string without a number) or a log-prob no sampler gives
-(:func:`~echo_trl.data.fields.logprob_problem`: NaN, above 0, below the floor).
+(:func:`~echo_trl.data.readers.fields.logprob_problem`: NaN, above 0, below the floor).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....data.fields import logprob_problem
-from ....data.records import token_ids_hash
+from ....data.readers.fields import logprob_problem
+from ....data.readers.records import token_ids_hash
 from ....io import strict_json
 from .policy import PolicyError
 

@@ -1,6 +1,6 @@
 """The official AWM agent's actions carried out on a live episode, and the replies it shows the model.
 
-:mod:`echo_trl.data.awm_agent` holds the format (system prompt, ``list_tools`` reply, call parsing,
+:mod:`echo_trl.data.readers.awm_agent` holds the format (system prompt, ``list_tools`` reply, call parsing,
 reply texts); :func:`agent_reply` carries out one parsed action with those functions, as the official
 agent's loop does: ``list_tools`` -> the tool listing; ``call_tool`` -> the MCP call with the
 ``mcp_tool_`` prefix stripped and JSON-string arguments repaired, its text or ``Error: <text>``; any
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....data import awm_agent
+from ....data.readers import awm_agent
 from .episode import Episode
 
 

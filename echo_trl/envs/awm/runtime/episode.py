@@ -5,7 +5,7 @@ samples, and one contained scenario server, whose live database exists only in i
 Episodes reuse the server: ``new_episode`` has the server restore its live database from the
 snapshot (SQLite backup API, milliseconds; a server that cannot is restarted) and opens a fresh
 MCP session. Every step becomes an observation in the OpenEnv capture shape that
-``echo_trl.data.records.load_awm_episodes`` reads::
+``echo_trl.data.readers.records.load_awm_episodes`` reads::
 
     {"action": {"tool_name": str, "arguments": dict},
      "observation": {"tool_name", "tool_result" | "error" | "verify_result", "warning",
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ....clients.mcp import CallTimedOut, MCPError, MCPSession
-from ....data.formats import VERIFY_TURNS
+from ....data.readers.formats import VERIFY_TURNS
 from ....sandbox import bwrap, hostio
 from ..scenario.database import BuildReport, build_image
 from ..scenario.rewards import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from echo_trl.commands.cli import main as cli
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.envs.awm.policies.policy import PolicyError
 from echo_trl.envs.awm.policies.replay import ReplayPolicy
 
@@ -408,7 +408,7 @@ def test_a_live_episode_and_the_dataset_built_from_its_recording_render_the_same
     from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
 
     from echo_trl.data.build import build_awm_dataset
-    from echo_trl.data.prompt import DEFAULT_SYSTEM_PROMPT
+    from echo_trl.data.readers.prompt import DEFAULT_SYSTEM_PROMPT
     from echo_trl.envs.awm.policies.policy import live_prompt, play_episode
     from echo_trl.envs.awm.policies.replay import Script
     from echo_trl.envs.awm.runtime.episode import AWMRuntime

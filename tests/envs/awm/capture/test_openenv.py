@@ -24,7 +24,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from helpers.processes import descendant_pids
 
 from echo_trl.commands.cli import main as cli
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.envs.awm.capture.openenv import OpenEnvAWMClient, OpenEnvError, capture_openenv_episode
 from echo_trl.envs.awm.policies.replay import ReplayPolicy, Script
 from echo_trl.envs.awm.runtime.episode import AWMRuntime
@@ -185,7 +185,7 @@ def test_capture_from_openenv_server(server, tmp_path):
 
 
 def test_awm_agent_turns_on_an_openenv_server(server):
-    from echo_trl.data import awm_agent
+    from echo_trl.data.readers import awm_agent
     from echo_trl.envs.awm.capture.openenv import RemoteEpisode
     from echo_trl.envs.awm.runtime.agent_turns import agent_reply
 

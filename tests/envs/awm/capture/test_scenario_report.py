@@ -12,7 +12,7 @@ import json
 import pytest
 from helpers.awm_defects import defective_scenarios, write_scenarios
 
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.envs.awm.capture.run import CollectionSettings, collect
 from echo_trl.envs.awm.policies.replay import ReplayPolicy
 from echo_trl.envs.awm.scenario.source import ScenarioSource

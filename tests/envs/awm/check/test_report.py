@@ -144,7 +144,7 @@ def test_loading_a_report_names_what_is_wrong(tmp_path):
 
 def test_build_dataset_never_reads_the_checks_files_as_episodes():
     """``capture --check`` writes the check's files into the capture output, which build-dataset reads."""
-    from echo_trl.data.episode_files import OWN_REPORTS
+    from echo_trl.data.readers.episode_files import OWN_REPORTS
     from echo_trl.envs.awm.check.report import RESULTS_FILE, STATE_FILE
 
     assert {RESULTS_FILE, STATE_FILE, REPORT_FILE} <= set(OWN_REPORTS)

@@ -9,8 +9,8 @@ import pytest
 from helpers.shared_data import AWM1K_SAMPLES, require_shared
 from helpers.tiny import tiny_tokenizer
 
-from echo_trl.data import awm_agent
-from echo_trl.data.records import load_awm_episodes
+from echo_trl.data.readers import awm_agent
+from echo_trl.data.readers.records import load_awm_episodes
 from echo_trl.envs.awm.online.agent import awm_agent_environment_factory
 from echo_trl.envs.awm.policies.model import AWMAgentModelPolicy
 from echo_trl.envs.awm.runtime.agent_turns import agent_reply

@@ -12,7 +12,7 @@ import re
 import pytest
 from helpers.awm_defects import defective_scenarios, write_scenarios
 
-from echo_trl.data import awm_agent
+from echo_trl.data.readers import awm_agent
 from echo_trl.envs.awm.online.agent import awm_agent_environment_factory
 from echo_trl.envs.awm.policies.policy import live_prompt
 from echo_trl.envs.awm.runtime.agent_turns import agent_reply

@@ -19,7 +19,7 @@ from helpers.inference_server import tool_calling_model
 from helpers.trainer import batch, reference_logps, tiny_config
 
 from echo_trl.clients.openai import backoff_seconds
-from echo_trl.data.records import token_ids_hash
+from echo_trl.data.readers.records import token_ids_hash
 from echo_trl.envs.awm.capture.jobs import Job, pooled_runner, run_jobs
 from echo_trl.envs.awm.capture.summary import summarize
 from echo_trl.envs.awm.policies.openai import OpenAIPolicy
@@ -179,7 +179,7 @@ def collect(sampler, verify_turn: str, temperature: float, jobs: list[Job]) -> l
 def test_sampled_logprobs_become_behavior_logprobs_and_train_as_importance_ratio_denominators(sampler, tmp_path):
     from echo_trl.data.build import build_awm_dataset
     from echo_trl.demo.tiny import build_tiny_model
-    from echo_trl.train.collator import STARTING_LOGPS
+    from echo_trl.train.offline.collator import STARTING_LOGPS
     from echo_trl.trainer import EchoGRPOTrainer
 
     model, tokenizer = sampler

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.processes import descendant_pids
 
-from echo_trl.data.records import awm_episode_to_trajectory, load_awm_episodes
+from echo_trl.data.readers.records import awm_episode_to_trajectory, load_awm_episodes
 from echo_trl.envs.awm.runtime.episode import AWMRuntime
 from echo_trl.envs.awm.scenario.source import ScenarioSource, VerifierSpec
 from echo_trl.roles import Role

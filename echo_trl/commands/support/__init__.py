@@ -1,0 +1,1 @@
+"""What several commands share: loading by name, launch checks, checkpoints, the training run."""

@@ -1,0 +1,1 @@
+"""Record readers: episode files and every recorded format -> role-tagged trajectories."""

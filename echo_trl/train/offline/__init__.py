@@ -1,0 +1,1 @@
+"""Offline mode: recorded trajectories, their behaviour log-probs, collation and advantages."""
