@@ -1,17 +1,21 @@
 """FSDP2 against one process on GPUs: the logged losses of the same global batch, and their difference.
 
 GPU-only (accelerate keeps FSDP only for GPU-type processes; `echo-trl train` refuses the FSDP config on CPU)
-and two GPUs at least (NCCL does not put two ranks on one device). Builds a tiny local model and the synthetic
-AWM-style dataset (no downloads), then runs, on the same 8 trajectories and settings:
+and two GPUs at least for the sharded comparison (NCCL does not put two ranks on one device);
+``--num_processes 1`` runs FSDP2 as one rank on one GPU (the wrapping, mixed-precision policy and sharded
+state on a world of one: the same losses as the plain process, and the wall-time cost of the FSDP path).
+Builds a tiny local model and the synthetic AWM-style dataset (no downloads), then runs, on the same 8
+trajectories and settings:
 
-* ``accelerate launch --config_file examples/accelerate_configs/fsdp2.yaml --num_processes 2`` (float32,
-  ``--mixed_precision no``), ``--per_device_train_batch_size 4``, with ``behavior_policy="initial"`` (the
-  starting-model log-probs computed inside the sharded model at the first batch);
+* ``accelerate launch --config_file examples/accelerate_configs/fsdp2.yaml --num_processes N`` (float32,
+  ``--mixed_precision no``; N = 2 by default), ``--per_device_train_batch_size 8 / N``,
+  with ``behavior_policy="initial"`` (the starting-model log-probs computed inside the sharded model at the
+  first batch);
 * one process, ``--per_device_train_batch_size 8``;
 
 and prints each step's loss in both and the largest absolute difference (expected: float noise, below 1e-5).
 
-    python benchmarks/fsdp2.py [--quick] [--steps 3] [--json]      # --quick: one step
+    python benchmarks/fsdp2.py [--quick] [--steps 3] [--num_processes 2] [--json]      # --quick: one step
 """
 
 from __future__ import annotations
@@ -67,34 +71,36 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 3; --quick 1)")
     p.add_argument("--quick", action="store_true", help="the smallest run: one step")
+    p.add_argument("--num_processes", type=int, default=2, choices=[1, 2, 4, 8], help="FSDP ranks, one GPU each")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    n = args.num_processes
     args.steps = args.steps or (1 if args.quick else 3)
     import torch
 
-    if torch.cuda.device_count() < 2:
-        sys.exit(f"fsdp2 benchmark: needs 2 GPUs (found {torch.cuda.device_count()}); FSDP runs only on GPUs")
+    if torch.cuda.device_count() < n:
+        sys.exit(f"fsdp2 benchmark: needs {n} GPUs (found {torch.cuda.device_count()}); FSDP runs only on GPUs")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = assets(root)
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
-        launch += [str(REPO / "examples/accelerate_configs/fsdp2.yaml"), "--num_processes", "2"]
+        launch += [str(REPO / "examples/accelerate_configs/fsdp2.yaml"), "--num_processes", str(n)]
         launch += ["--mixed_precision", "no", "-m", "echo_trl.commands.cli"]
         walls = {
-            "fsdp2": train(launch, root, root / "fsdp2", model, data, 4, args.steps),
+            "fsdp2": train(launch, root, root / "fsdp2", model, data, 8 // n, args.steps),
             "single": train(
                 [sys.executable, "-m", "echo_trl.commands.cli"], root, root / "one", model, data, 8, args.steps
             ),
         }
         sharded, single = losses(root / "fsdp2"), losses(root / "one")
     diff = max(abs(a - b) for a, b in zip(sharded, single, strict=True))
-    result = {"fsdp2_loss": sharded, "single_loss": single, "max_abs_diff": diff, "wall_s": walls}
+    result = {"num_processes": n, "fsdp2_loss": sharded, "single_loss": single, "max_abs_diff": diff, "wall_s": walls}
     if args.json:
         print(json.dumps(result))
         return
     for step, (a, b) in enumerate(zip(sharded, single, strict=True), start=1):
         print(f"step {step}: fsdp2 {a:.8f}  single {b:.8f}  |diff| {abs(a - b):.2e}")
-    print(f"max |loss difference| FSDP2 (2 processes) vs one process: {diff:.2e}")
+    print(f"max |loss difference| FSDP2 ({n} processes) vs one process: {diff:.2e}")
 
 
 if __name__ == "__main__":

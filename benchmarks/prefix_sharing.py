@@ -321,14 +321,15 @@ def run(args) -> dict:
     return result
 
 
-def awm_group(G: int, max_completion: int):
-    """A group of ``G`` AWM-shaped trajectories: one bundled episode's prompt (system prompt + full tool schemas
-    + task), each with another bundled episode's completion (cut to ``max_completion`` tokens by the trainer)."""
+def awm_group(G: int, max_completion: int, compact_tools: bool = False):
+    """A group of ``G`` AWM-shaped trajectories: one bundled episode's prompt (system prompt + tool schemas, full
+    unless ``compact_tools``, + task), each with another bundled episode's completion (cut to ``max_completion``
+    tokens by the trainer)."""
     from echo_trl.data.build import trajectories_to_dataset
     from echo_trl.data.schema import row_to_trajectory
     from echo_trl.demo.tiny import build_tiny_tokenizer
 
-    ds = bundled_dataset(compact_tools=False)
+    ds = bundled_dataset(compact_tools=compact_tools)
     base = row_to_trajectory(ds[0])
     group = []
     for i in range(G):

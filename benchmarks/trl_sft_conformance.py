@@ -1,12 +1,15 @@
 """Run TRL's own SFT test file, offline, against TRL's ``SFTTrainer`` and against ``EchoSFTTrainer``.
 
     python benchmarks/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR] [CLASS::TEST ...]
+        [--jobs 3] [--log_dir DIR] [--threads 1]
+    python benchmarks/trl_sft_conformance.py --from_logs DIR     # the counts of an earlier (or stopped) run
 
 The file (``tests/fixtures/trl_sft/trl_test_sft_trainer.py``, TRL main, source and commit in ``SOURCE.md``) is
-copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest once per
-trainer, the working directory holding the local stand-ins of the ``trl-internal-testing`` models and datasets
-(``benchmarks/trl_sft_standins.py``, built on the first run). The trainer is the test module's
-``SFTTrainer``: its ``from trl import ... SFTTrainer`` line is pointed at a module that gives
+copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest, one process
+per trainer for the whole file (``--jobs`` of them side by side, one torch thread each), the working directory
+holding the local stand-ins of the ``trl-internal-testing`` models and datasets (``benchmarks/trl_sft_standins.py``,
+built once and reused from ``--standins``; a model folder built with other sizes is rebuilt). The trainer is the
+test module's ``SFTTrainer``: its ``from trl import ... SFTTrainer`` line is pointed at a module that gives
 
 * ``trl``: TRL's ``SFTTrainer`` as installed;
 * ``echo``: ``EchoSFTTrainer`` at its default weights (observation and action weight 1);
@@ -24,10 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -125,14 +130,26 @@ def stage(tmp: Path, standins: Path) -> Path:
     return pkg
 
 
-def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, tests: list[str]) -> dict[str, str]:
-    """Outcome per test id (passed / failed / skipped) of one pytest run."""
+def command(mode: str, tmp: Path, pkg: Path, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The pytest command line and environment of one trainer's run: the whole file in one process."""
     report = tmp / f"{mode}.xml"
-    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in tests] or [str(pkg)]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *targets]
-    cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={timeout}", "-W", "ignore"]
-    if keyword:
-        cmd += ["-k", keyword]
+    targets = [f"{pkg / 'test_sft_trainer.py'}::{t}" for t in args.tests] or [str(pkg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-v",
+        "-rfEs",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        *targets,
+    ]
+    cmd += ["-o", "addopts=", "--rootdir", str(tmp), f"--timeout={args.timeout}", "-W", "ignore"]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    threads = str(args.threads)
     env = {
         **os.environ,
         "ECHO_TRL_CONFORMANCE": mode,
@@ -141,14 +158,62 @@ def run(mode: str, tmp: Path, pkg: Path, keyword: str | None, timeout: int, test
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": str(tmp / "hf_home"),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        # tiny models: one thread each, so runs side by side (or beside other work) never oversubscribe the cores
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
     }
-    subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    outcomes = {}
+    return cmd, env
+
+
+def outcomes(report: Path) -> dict[str, str]:
+    """Outcome per test id (passed / failed / skipped) from one run's JUnit report (empty when it wrote none)."""
+    if not report.exists():
+        return {}
+    result = {}
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
         tags = {child.tag for child in case}
-        outcomes[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
-    return outcomes
+        result[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+    return result
+
+
+#: A ``pytest -v`` result line: ``tests/test_sft_trainer.py::CLASS::TEST[PARAMS] PASSED  [ 12%]``.
+LOG_LINE = re.compile(r"^tests/test_sft_trainer\.py::(\S+(?:\[.*?\])?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+
+LOG_OUTCOME = {"PASSED": "passed", "XPASS": "passed", "SKIPPED": "skipped", "XFAIL": "skipped"}  # else failed
+
+
+def outcomes_from_log(log: Path) -> dict[str, str]:
+    """Outcome per test id from one trainer's ``-v`` log, also of a run stopped part way (an error in teardown
+    after a pass counts as failed, as in the JUnit report)."""
+    result: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = LOG_LINE.match(line)
+        if m:
+            kind = LOG_OUTCOME.get(m[2], "failed")
+            result[m[1]] = "failed" if result.get(m[1]) == "failed" else kind
+    return result
+
+
+def run_all(tmp: Path, pkg: Path, args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """One pytest process per trainer, ``args.jobs`` at a time; each one's output in ``args.log_dir`` if given."""
+    pending, running, results = list(args.trainers), {}, {}
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            mode = pending.pop(0)
+            cmd, env = command(mode, tmp, pkg, args)
+            log = (args.log_dir / f"{mode}.log").open("w") if args.log_dir else subprocess.DEVNULL
+            running[mode] = (subprocess.Popen(cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        for mode, (proc, log) in list(running.items()):
+            if proc.poll() is not None:
+                if log is not subprocess.DEVNULL:
+                    log.close()
+                del running[mode]
+                results[mode] = outcomes(tmp / f"{mode}.xml")
+                counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
+                print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()), flush=True)
+        time.sleep(1)
+    return {mode: results[mode] for mode in args.trainers}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,17 +223,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("tests", nargs="*", help="CLASS::TEST of the file to run (default: the whole file)")
     parser.add_argument("--standins", type=Path, default=Path(tempfile.gettempdir()) / "echo_trl_trl_sft_standins")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per pytest process")
+    parser.add_argument("--jobs", type=int, default=1, help="trainers run side by side (one pytest process each)")
+    parser.add_argument("--log_dir", type=Path, help="write each trainer's pytest output to LOG_DIR/<trainer>.log")
     parser.add_argument("--json", action="store_true", help="last stdout line: the outcome of every test per trainer")
+    parser.add_argument(
+        "--from_logs",
+        type=Path,
+        help="run nothing: read the outcomes from the <trainer>.log files of an earlier --log_dir (a run stopped part "
+        "way included) and compare on the tests every trainer finished",
+    )
     args = parser.parse_args(argv)
-    for name, error in build(args.standins).items():
-        print(f"stand-in not built: {ORG}/{name}: {error}")
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        pkg = stage(Path(tmp), args.standins.resolve())
-        for mode in args.trainers:
-            results[mode] = run(mode, Path(tmp), pkg, args.keyword, args.timeout, args.tests)
-            counts = {k: sum(v == k for v in results[mode].values()) for k in ("passed", "failed", "skipped")}
+    if args.from_logs:
+        results = {m: outcomes_from_log(args.from_logs / f"{m}.log") for m in args.trainers}
+        done = set.intersection(*(set(r) for r in results.values()))
+        results = {m: {t: o for t, o in r.items() if t in done} for m, r in results.items()}
+        print(f"from the logs in {args.from_logs}: {len(done)} tests finished by every trainer")
+        for mode, r in results.items():
+            counts = {k: sum(v == k for v in r.values()) for k in ("passed", "failed", "skipped")}
             print(f"{mode:6s} " + " ".join(f"{n:4d} {k}" for k, n in counts.items()))
+    else:
+        for name, error in build(args.standins).items():
+            print(f"stand-in not built: {ORG}/{name}: {error}")
+        if args.log_dir:
+            args.log_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = stage(Path(tmp), args.standins.resolve())
+            results = run_all(Path(tmp), pkg, args)
     worse = 0
     if "trl" in results:
         for mode in (m for m in results if m != "trl"):

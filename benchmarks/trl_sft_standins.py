@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "trl_sft"
 ORG = "trl-internal-testing"
+#: File in each model folder naming the sizes it was built with: a folder built with other sizes is rebuilt.
+STAMP = "echo_trl_standin.json"
 
 #: model id -> (transformers model_type, TRL bundled chat template or None, eos token)
 MODELS: dict[str, tuple[str, str | None, str]] = {
@@ -79,6 +82,19 @@ TINY = {
     "v_head_dim": 8,
 }
 
+#: Per-model sizes on top of ``TINY``: Nemotron-H's Mamba-2 mixer keeps its full-size defaults otherwise (128 heads of
+#: 64, state 128, 8 groups: 8192 wide, a 5.8 MB model whose pure-torch scan took minutes per test on 2 CPU cores).
+EXTRA: dict[str, dict[str, int]] = {
+    "tiny-NemotronHForCausalLM-nano": {
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 16,
+        "ssm_state_size": 16,
+        "n_groups": 1,
+        "chunk_size": 32,
+        "moe_shared_expert_intermediate_size": 16,
+    },
+}
+
 _SPECIAL = re.compile(r"<\|[^|\s{}]+\|>|<｜[^｜]+｜>|</?(?:start_of_turn|end_of_turn|think|tool_call|tool_response)>")
 
 
@@ -103,7 +119,8 @@ def build_model(root: Path, name: str) -> str | None:
 
     model_type, template, eos = MODELS[name]
     out = root / ORG / name
-    if (out / "config.json").exists():
+    stamp = json.dumps({"model_type": model_type, **TINY, **EXTRA.get(name, {})}, sort_keys=True)
+    if (out / "config.json").exists() and (out / STAMP).exists() and (out / STAMP).read_text() == stamp:
         return None
     try:
         tok = _tokenizer(template, eos)
@@ -113,12 +130,13 @@ def build_model(root: Path, name: str) -> str | None:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             bos_token_id=tok.bos_token_id,
-            **TINY,
+            **{**TINY, **EXTRA.get(name, {})},
         )
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
         model.save_pretrained(out)
         tok.save_pretrained(out)
+        (out / STAMP).write_text(stamp)
     except Exception as exc:  # noqa: BLE001 - reported per model: the tests that need it fail for every trainer
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None

@@ -39,10 +39,21 @@ def progress(
     return iter(tqdm(items, desc=desc, unit=unit, total=total, disable=not progress_enabled(enable), file=sys.stderr))
 
 
-def progress_bar(total: int | None, *, desc: str, unit: str = "it", enable: bool | None = None) -> Any:
+def progress_bar(
+    total: int | None, *, desc: str, unit: str = "it", unit_scale: bool = False, enable: bool | None = None
+) -> Any:
     """A bar to ``update(n)`` by hand (a ``tqdm``; use it as a context manager), shown as :func:`progress_enabled`
-    says: for work that is not a loop over items (optimizer steps reported by a callback, bytes written)."""
-    return tqdm(total=total, desc=desc, unit=unit, disable=not progress_enabled(enable), file=sys.stderr)
+    says: for work that is not a loop over items (optimizer steps reported by a callback, bytes read).
+    ``unit_scale``: counts shown as 1.2M (bytes: ``unit="B"``)."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=unit_scale,
+        unit_divisor=1024 if unit == "B" else 1000,
+        disable=not progress_enabled(enable),
+        file=sys.stderr,
+    )
 
 
 def training_progress(desc: str, *, enable: bool | None = None) -> Any:

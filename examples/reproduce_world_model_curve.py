@@ -23,17 +23,13 @@ predicts the recorded agent turns). Writes under ``--output_dir``: ``curves.png`
 curves), ``lambda_sweep.png`` (final env CE and policy loss per lambda, collapse flagged) and
 ``results.json`` (every number).
 
-Collapse: offline, the agent's actions are recorded, so the paper's collapse (the agent issuing dull
-commands whose output is easy to predict) cannot happen here. The sweep flags its precursors
-instead: a lambda whose held-out action CE (mean over the last quarter of the run: one end point is
-too noisy) is more than ``--collapse_tol`` (relative) above the lambda = 0 run's (the world term is
-pulling the policy away from the recorded behaviour), or whose
-mean policy entropy falls below half of lambda = 0's; and every lambda above 0.1 (where the paper
-saw collapse) is marked. The GRPO policy loss is reported but says little offline: every update is
-the batch's first (importance ratio 1), so its value is minus the mean advantage, the same for every
-lambda; its gradient, not its value, differs. That holds for ``--behavior_policy current``; with
-``initial`` (the starting model as the episodes' behaviour policy) the ratio departs from 1 as training
-moves and clipping bounds the drift (``mean_clip_ratio`` in results.json).
+Collapse: offline, the agent's actions are recorded, so the paper's collapse (dull commands whose output is easy
+to predict) cannot happen here. The sweep flags its precursors instead: a lambda whose held-out action CE (mean
+over the last quarter of the run) is more than ``--collapse_tol`` (relative) above lambda = 0's, or whose mean
+policy entropy falls below half of lambda = 0's; every lambda above 0.1 (where the paper saw collapse) is marked.
+The GRPO policy loss says little offline: with ``--behavior_policy current`` every update is the batch's first
+(ratio 1), so its value is minus the mean advantage for every lambda; with ``initial`` the ratio departs from 1
+as training moves and clipping bounds the drift (``mean_clip_ratio`` in results.json).
 
     python examples/reproduce_world_model_curve.py            # tiny local model, CPU, minutes
     python examples/reproduce_world_model_curve.py --quick    # smaller and shorter
@@ -65,11 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output_dir", default="outputs/world_model_curve")
     p.add_argument("--data_dir", default=str(REPO / "data" / "episodes"))
     p.add_argument("--splits", default=str(REPO / "data" / "awm_scenarios" / "splits.json"))
-    p.add_argument(
-        "--model_name_or_path",
-        default=None,
-        help="a real model (GPU); default: a tiny random-init Qwen3-architecture model built locally",
-    )
+    p.add_argument("--model_name_or_path", help="a real model (GPU); default: a tiny random-init Qwen3 model, local")
     p.add_argument("--max_steps", type=int, default=None, help="optimizer steps per run (default 60, quick 20)")
     p.add_argument("--eval_every", type=int, default=None, help="held-out eval every N optimizer steps (default 5)")
     p.add_argument("--learning_rate", type=float, default=2e-3)
@@ -88,20 +80,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_warmup_arguments(p, before="every run (tiny model only)")
     p.add_argument("--collapse_tol", type=float, default=0.10)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
-    p.add_argument(
-        "--behavior_policy",
-        choices=["initial", "current"],
-        default=None,
-        help="behaviour policy of the recorded episodes (they carry no log-probs): the starting model, "
-        "or the policy at each update (default: EchoGRPOConfig's)",
+    behavior = (
+        "behaviour policy of the recorded episodes: the starting model or the current one (default: the config's)"
     )
+    p.add_argument("--behavior_policy", choices=["initial", "current"], help=behavior)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--copy_to_docs",
-        default=None,
-        help="also copy the two PNGs into this directory (docs/img); "
-        "names end in _current with --behavior_policy current",
-    )
+    copy = "also copy the two PNGs into this directory (docs/img); with --behavior_policy current, as *_current"
+    p.add_argument("--copy_to_docs", help=copy)
     args = p.parse_args(argv)
     args.max_steps = args.max_steps or (20 if args.quick else 60)
     args.eval_every = args.eval_every or 5

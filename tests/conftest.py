@@ -20,6 +20,10 @@ os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# One intra-op thread (read by torch on import, inherited by every process a test starts): the tiny models here gain
+# nothing from a second one but its synchronisation, about a quarter of a test's CPU time (tests/test_lora.py: 31.4
+# -> 23.9 CPU s). Tests that are about threads set their own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(params=TEMPLATE_FAMILIES)

@@ -149,9 +149,17 @@ def main(argv: list[str]) -> int:
     )
     set_max_rendered_chars(tokenizer, args.max_rendered_chars)
     # the token cache train / sft / stats share (built when missing; with --limit only read if it exists)
-    ds = tokenize_dataset(ds, tokenizer, build=args.limit is None, num_proc=args.num_proc) or ds
+    show_progress = False if args.json else None  # bars on a terminal (echo_trl.progress), as stats shows them
+    built = tokenize_dataset(
+        ds, tokenizer, build=args.limit is None, num_proc=args.num_proc, show_progress=show_progress
+    )
     result = evaluate_world_model(
-        model, tokenizer, ds, max_length=args.max_length, max_completion_length=args.max_completion_length
+        model,
+        tokenizer,
+        built or ds,
+        max_length=args.max_length,
+        max_completion_length=args.max_completion_length,
+        show_progress=show_progress,
     )
     result = {"model": args.model, "dataset": args.dataset, "chat_template_path": args.chat_template_path, **result}
     if args.json:

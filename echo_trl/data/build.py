@@ -21,7 +21,8 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -31,7 +32,7 @@ import pyarrow as pa
 from datasets.arrow_writer import ArrowWriter
 
 from ..errors import EpisodeError
-from ..progress import progress
+from ..progress import progress, progress_bar
 from ..roles import Trajectory
 from .card import CardCounts
 from .readers.episode_files import find_episode_files, iter_file_records
@@ -181,8 +182,38 @@ class _Part:
     error: tuple[str, str, str | None, str | None] | None = None  # EpisodeError fields: message, source, record, field
 
 
-def _write_part(files: list[str], path: str, skipped_path: str, options: _Options) -> _Part:
-    """Write the rows of ``files`` to the Arrow file ``path`` (skipped records to ``skipped_path``), streaming."""
+#: In a worker process of a parallel build: the input bytes read so far by all workers (:func:`_worker_init`).
+_bytes_read = None
+
+
+def _worker_init(counter) -> None:
+    global _bytes_read
+    _bytes_read = counter
+
+
+def _count_shared(n: int) -> None:
+    with _bytes_read.get_lock():
+        _bytes_read.value += n
+
+
+def _counted(files: list[str], count: Callable[[int], None] | None) -> Iterator[Path]:
+    """``files`` as paths; each one's size is passed to ``count`` once it has been read whole (the reader asks for
+    the next one, or stops): the progress of a build in input bytes."""
+    for name in files:
+        path = Path(name)
+        yield path
+        if count is not None:
+            with suppress(OSError):  # an unreadable file is a skipped record, reported elsewhere
+                count(path.stat().st_size)
+
+
+def _write_part(
+    files: list[str], path: str, skipped_path: str, options: _Options, count: Callable[[int], None] | None = None
+) -> _Part:
+    """Write the rows of ``files`` to the Arrow file ``path`` (skipped records to ``skipped_path``), streaming;
+    the bytes of each file read go to ``count`` (in a worker process: to the shared count of the build)."""
+    if count is None and _bytes_read is not None:
+        count = _count_shared
     part = _Part(path, CardCounts())
 
     with open(skipped_path, "w", encoding="utf-8") as skipped_file:
@@ -195,7 +226,7 @@ def _write_part(files: list[str], path: str, skipped_path: str, options: _Option
 
         writer = ArrowWriter(features=FEATURES, path=path, writer_batch_size=BATCH_ROWS)
         try:
-            for batch in _batches(options.rows(iter_file_records(map(Path, files)), skip)):
+            for batch in _batches(options.rows(iter_file_records(_counted(files, count)), skip)):
                 writer.write_table(pa.Table.from_batches([batch]))
                 part.counts.add(batch)
         except EpisodeError as exc:
@@ -253,7 +284,7 @@ def write_awm_dataset(
             ([str(f) for f in run], os.path.join(work, f"part-{k}.arrow"), os.path.join(work, f"skipped-{k}.jsonl"))
             for k, run in enumerate(runs)
         ]
-        parts = _run_parts(jobs, options, show_progress)
+        parts = _run_parts(jobs, options, size, show_progress)
         result = BuildResult(CardCounts())
         _problems_first(problems, result, skipped_file)
         for part in parts:
@@ -288,22 +319,31 @@ def _problems_first(problems: list[EpisodeError], result: BuildResult, skipped_f
         Path(skipped_file).write_text("", encoding="utf-8")
 
 
-def _run_parts(jobs: list[tuple[list[str], str, str]], options: _Options, show_progress: bool | None) -> list[_Part]:
+def _run_parts(
+    jobs: list[tuple[list[str], str, str]], options: _Options, size: int, show_progress: bool | None
+) -> list[_Part]:
     """Each job's part, in order: in this process for one job, else one process each; a strict build stops at the
-    first part (in input order) that failed and never waits for the parts after it."""
-    if len(jobs) <= 1:  # none: no episode file was found (a lenient build reports why)
-        return [_write_part(*job, options) for job in jobs]
-    parts: list[_Part] = []
-    with ProcessPoolExecutor(len(jobs), mp_context=_context()) as pool:
-        futures = [pool.submit(_write_part, *job, options) for job in jobs]
-        for future in progress(futures, desc="building (parts)", unit="part", enable=show_progress):
-            part = future.result()
-            parts.append(part)
-            if part.error is not None:
-                for later in futures:
-                    later.cancel()
-                break
-    return parts
+    first part (in input order) that failed and never waits for the parts after it. A bar counts the input bytes
+    read (``size`` in all), file by file, with an ETA (:mod:`echo_trl.progress`: a terminal's, unless asked)."""
+    with progress_bar(size, desc="build-dataset (input read)", unit="B", unit_scale=True, enable=show_progress) as bar:
+        if len(jobs) <= 1:  # none: no episode file was found (a lenient build reports why)
+            return [_write_part(*job, options, bar.update) for job in jobs]
+        parts: list[_Part] = []
+        context = _context()
+        counter = context.Value("q", 0)
+        with ProcessPoolExecutor(len(jobs), mp_context=context, initializer=_worker_init, initargs=(counter,)) as pool:
+            futures = [pool.submit(_write_part, *job, options) for job in jobs]
+            for future in futures:
+                while not wait([future], timeout=0.5).done:
+                    bar.update(counter.value - bar.n)
+                part = future.result()
+                bar.update(counter.value - bar.n)
+                parts.append(part)
+                if part.error is not None:
+                    for later in futures:
+                        later.cancel()
+                    break
+        return parts
 
 
 def _context():

@@ -13,7 +13,8 @@ The simplifications a CPU comparison makes (so it runs in minutes on 2 cores):
   ``observation_weight`` (0: action-only; ``--observation_weight``, default 1: observations supervised like
   actions); ``--world_all_episodes`` also gives the ActObs arm the observations of the other train episodes;
 * ECHO-GRPO offline on every train episode (recorded rewards), the same lambda, steps and seed for both arms;
-* everything seeded (``--seed``): the same command prints the same table.
+* everything seeded (``--seed``) and run on ``--threads`` torch CPU threads (default 1, as the demo: a float sum's
+  order depends on the thread count): the same command prints the same table.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 from ..errors import EchoTrlError
 from .run import REPO_DATA, names_only_tools, split_by_task
 from .tiny import tiny_model_for
-from .warmup import WARMUP_LEARNING_RATE, WARMUP_STEPS, warmup_steps_help
+from .warmup import DEMO_THREADS, WARMUP_LEARNING_RATE, WARMUP_STEPS, warmup_steps_help
 
 #: The arms: (label, output subdirectory of the SFT stage).
 ARMS = (("action-only SFT", "sft_action_only"), ("ActObs SFT", "sft_actobs"))
@@ -73,11 +74,18 @@ class TwoStageArguments:
     warmup_steps: int = field(default=WARMUP_STEPS, metadata={"help": warmup_steps_help("both arms")})
     warmup_learning_rate: float = field(default=WARMUP_LEARNING_RATE, metadata={"help": "warm-up learning rate"})
     seed: int = field(default=0, metadata={"help": "seed of every stage"})
+    threads: int = field(
+        default=DEMO_THREADS,
+        metadata={
+            "help": "torch CPU threads of every stage (default 1, as the demo: the tiny model gains nothing from "
+            "more; the printed numbers are reproducible at the same count)"
+        },
+    )
 
     def __post_init__(self):
         from ..command_line import non_negative_number, positive_int, positive_number
 
-        for name in ("sft_steps", "grpo_steps", "batch_size", "max_completion_length"):
+        for name in ("sft_steps", "grpo_steps", "batch_size", "max_completion_length", "threads"):
             positive_int(name, getattr(self, name))
         for name in ("sft_learning_rate", "grpo_learning_rate", "warmup_learning_rate"):
             positive_number(name, getattr(self, name))
@@ -206,11 +214,19 @@ def _episodes(args):
 
 
 def run(args: TwoStageArguments) -> int:
-    from ..data.cache_dir import cache_home
+    """The comparison, with torch's CPU threads at ``--threads`` for its duration (as the demo's)."""
     from ..progress import quiet_libraries
-    from .warmup import WarmupSettings, warm_up_tiny_model
+    from .warmup import torch_threads
 
     quiet_libraries(progress_bars=True, user_warnings=True)
+    with torch_threads(args.threads):
+        return _run(args)
+
+
+def _run(args: TwoStageArguments) -> int:
+    from ..data.cache_dir import cache_home
+    from .warmup import WarmupSettings, warm_up_tiny_model
+
     t0 = time.time()
     out = Path(args.output_dir)
     if (out / "metrics.json").exists() and not args.overwrite_output_dir:
@@ -229,6 +245,7 @@ def run(args: TwoStageArguments) -> int:
             batch_size=args.batch_size,
             max_completion_length=args.max_completion_length,
             seed=args.seed,
+            threads=args.threads,
         ),
         log=log,
     )
@@ -260,7 +277,8 @@ def run(args: TwoStageArguments) -> int:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     print(
         f"SFT then ECHO: {len(train)} train / {len(held)} held-out episodes ({source}); SFT {args.sft_steps} steps, "
-        f"ECHO-GRPO {args.grpo_steps} steps, seed {args.seed}"
+        f"ECHO-GRPO {args.grpo_steps} steps, seed {args.seed}, {args.threads} torch thread"
+        f"{'' if args.threads == 1 else 's'}"
     )
     for label, line in episodes.items():
         print(f"  {label}: {line}")

@@ -47,6 +47,7 @@ from ..data.content import file_digest
 from ..data.schema import row_to_trajectory
 from ..io.atomic import move_dir_into_place, staging_dir
 from ..io.outputs import disk_full_error, is_disk_full
+from ..progress import progress_enabled
 from .quality import QUALITY_KEYS, rollout_quality, with_dataset_columns
 from .size_limit import max_rendered_chars
 from .tokenization import RoleTokens, tokenize_rows
@@ -335,17 +336,22 @@ def map_to_cache(
 
 @contextmanager
 def map_progress(show: bool | None) -> Iterator[None]:
-    """``datasets``' progress bars inside the block: off when ``show`` is False (or None with
-    ``ECHO_TRL_PROGRESS=0``), as they were afterwards."""
-    disable = show is False or (show is None and os.environ.get("ECHO_TRL_PROGRESS") == "0")
+    """``datasets``' progress bars (a count, a rate and an ETA) inside the block as
+    :func:`~echo_trl.progress.progress_enabled` says (``show``, else ``ECHO_TRL_PROGRESS``, else whether stderr is
+    a terminal), put back as they were afterwards: the commands turn datasets' bars off for short work
+    (``quiet_short_work``), and a token-cache build is long work."""
     was_enabled = datasets.utils.logging.is_progress_bar_enabled()
-    if disable:
+    if progress_enabled(show):
+        datasets.enable_progress_bars()
+    else:
         datasets.disable_progress_bars()
     try:
         yield
     finally:
-        if disable and was_enabled:
+        if was_enabled:
             datasets.enable_progress_bars()
+        else:
+            datasets.disable_progress_bars()
 
 
 def has_tokens(row: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 from helpers.docs import cli_in_process
+from helpers.terminal import pretend_terminal
 
 from echo_trl.commands.cli import main as cli_main
 from echo_trl.data.build import trajectories_to_dataset
@@ -131,3 +132,19 @@ def test_local_model_directory_is_never_probed_on_the_hub(model_and_data, monkey
     code, out, err, guard = cli_in_process(argv, monkeypatch, capsys)
     assert code == 0, err
     assert json.loads(out)["tokens_env"] > 0 and guard.count == 0, guard.attempts
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_the_cache_build_and_the_evaluation_show_bars_on_a_terminal_only(
+    model_and_data, capsys, monkeypatch, terminal
+):
+    model_dir, data_dir, ds = model_and_data
+    pretend_terminal(monkeypatch, terminal)
+    assert cli_main(["eval-world-model", "--model", str(model_dir), "--dataset", str(data_dir)]) == 0
+    err = capsys.readouterr().err
+    rows = f"{len(ds)}/{len(ds)}"
+    assert ("tokenizing trajectories" in err and "eval env CE: 100%" in err and err.count(rows) >= 2) is terminal
+    if not terminal:
+        assert err == ""
+    assert cli_main(["eval-world-model", "--model", str(model_dir), "--dataset", str(data_dir), "--json"]) == 0
+    assert capsys.readouterr().err == ""  # --json: one object on stdout, no bar either

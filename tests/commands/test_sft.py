@@ -193,3 +193,32 @@ def test_a_hub_shaped_tool_use_messages_dataset_trains_with_observation_supervis
         runs[weight] = json.loads((out / "trainer_state.json").read_text())["log_history"][0]
     assert runs["1"]["sft/tokens_env"] > 0 and runs["1"]["sft/ce_env"] > 0
     assert runs["0"].get("sft/tokens_env", 0) == 0 and "sft/ce_action" in runs["0"]
+
+
+def test_compare_runs_every_stage_at_its_thread_count_and_puts_torchs_back(monkeypatch, tmp_path, capsys):
+    """As the demo: the table's numbers depend on torch's thread count, so the comparison pins it (default 1) for
+    its whole run, the warm-up included (a cached warm-up is per count)."""
+    import torch
+
+    from echo_trl.demo import two_stage, warmup
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def warm_up(base, train, settings, log):
+        seen.append((torch.get_num_threads(), settings.threads))
+        raise Stop
+
+    monkeypatch.setattr(two_stage, "_episodes", lambda args: (["t"] * 4, ["h"], "data/episodes"))
+    monkeypatch.setattr(two_stage, "tiny_model_for", lambda rows, cache: tmp_path / "tiny")
+    monkeypatch.setattr(warmup, "warm_up_tiny_model", warm_up)
+    before = torch.get_num_threads()
+    for argv, expected in (([], 1), (["--threads", "2"], 2)):
+        with pytest.raises(Stop):
+            two_stage.main(["--output_dir", str(tmp_path / f"out{expected}"), *argv])
+        assert seen[-1] == (expected, expected) and torch.get_num_threads() == before
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sft", "--compare", "--threads", "0"])
+    assert exc.value.code == 2 and "--threads" in capsys.readouterr().err

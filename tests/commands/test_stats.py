@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers.episodes import openenv_episode
+from helpers.terminal import pretend_terminal
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.commands.cli import main as cli_main
@@ -67,3 +69,15 @@ def test_cli_reports_instead_of_aborting(tmp_path, capsys):
     assert result["truncation"]["prompt_exceeds_episodes"] == 1
     # the per-role counts stay those of the whole trajectories
     assert result["total_tokens"] == sum(len(tokenize_with_roles(tok, row)) for row in ds)
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_the_token_cache_build_shows_a_bar_with_an_eta_on_a_terminal_only(tmp_path, capsys, monkeypatch, terminal):
+    tiny_tokenizer("qwen3").save_pretrained(tmp_path / "tok")
+    _dataset().save_to_disk(str(tmp_path / "ds"))
+    pretend_terminal(monkeypatch, terminal)  # the command turns datasets' bars off for short work: this is long work
+    assert cli_main(["stats", str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tok")]) == 0
+    err = capsys.readouterr().err
+    assert ("tokenizing trajectories" in err and "100%" in err and "3/3" in err) is terminal
+    assert cli_main(["stats", str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tok")]) == 0
+    assert "tokenizing" not in capsys.readouterr().err  # read from the cache: nothing long, no bar

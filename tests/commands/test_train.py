@@ -291,3 +291,17 @@ def test_a_training_command_is_quiet_by_default(assets, tmp_path):
     assert proc.returncode == 0, proc.stderr
     for noise in ("FutureWarning", "gradient_checkpointing", "Loading weights", "Writing model shards", "Saving"):
         assert noise not in proc.stderr, proc.stderr
+
+
+def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch):
+    from echo_trl.commands.support.training_run import parse_training_flags
+
+    base = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "o", "--use_cpu"]
+
+    def disabled(*extra: str) -> bool:
+        return parse_training_flags(train_cmd.make_parser(), [*base, *extra])[1].disable_tqdm
+
+    monkeypatch.setenv("ECHO_TRL_PROGRESS", "0")  # as off a terminal
+    assert disabled() and not disabled("--disable_tqdm", "false") and not disabled("--disable-tqdm=false")
+    monkeypatch.setenv("ECHO_TRL_PROGRESS", "1")  # as on a terminal
+    assert not disabled() and disabled("--disable_tqdm", "true")

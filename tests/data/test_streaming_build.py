@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 import pytest
 from helpers.episodes import openenv_episode, session_episode
+from helpers.terminal import pretend_terminal
 
 from echo_trl.commands.cli import main as cli
 from echo_trl.data import build
@@ -135,3 +136,19 @@ def test_build_dataset_num_proc_flag(many_files, tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         cli(["build-dataset", str(many_files), "--output", str(out), "--num_proc", "0"])
     assert refused.value.code == 2
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_a_build_shows_the_input_read_with_an_eta_on_a_terminal_only(
+    many_files, tmp_path, capsys, monkeypatch, num_proc, terminal
+):
+    pretend_terminal(monkeypatch, terminal)
+    out = tmp_path / "out"
+    out.mkdir()
+    write_awm_dataset([many_files], out, strict=False, num_proc=num_proc)
+    err = capsys.readouterr().err
+    size = sum(f.stat().st_size for f in many_files.iterdir())
+    if terminal:  # every input byte counted, whether one process read them or three
+        assert "build-dataset (input read): 100%" in err and f"{size / 2**20:.2f}M/{size / 2**20:.2f}M" in err
+    else:
+        assert err == ""

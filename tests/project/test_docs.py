@@ -103,15 +103,17 @@ def unknown_flags(argv: list[str]) -> list[str]:
     cmd, rest = argv[0], argv[1:]
     if cmd == "train":
         return _train_flags(rest)
-    module = {
-        "stats": "stats",
-        "build-dataset": "build_dataset",
-        "capture": "capture",
-        "check-scenarios": "check_scenarios",
-        "eval-world-model": "eval_world_model",
-        "materialize-model": "materialize_model",
-    }[cmd]
-    mod = importlib.import_module(f"echo_trl.commands.{module}")
+    if cmd == "sft" and rest[:1] == ["--compare"]:  # the two-stage comparison: its own options
+        from echo_trl.demo.two_stage import parse_args
+
+        try:
+            parse_args(rest[1:])
+            return []
+        except SystemExit:
+            return [f"(argparse rejected {shlex.join(rest)})"]
+    from echo_trl.commands.cli import COMMANDS
+
+    mod = importlib.import_module(COMMANDS[cmd][0])  # the module the dispatcher runs for CMD
     try:
         if hasattr(mod, "build_parser"):
             return mod.build_parser().parse_known_args(rest)[1]

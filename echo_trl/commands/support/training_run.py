@@ -87,10 +87,25 @@ def parse_training_flags(parser, argv: list[str], hint_use_cpu: str = "") -> tup
     from ...command_line import parse_command
 
     try:
-        return parse_command(parser, argv)
+        parsed = parse_command(parser, argv)
     except (ValueError, TypeError, ArithmeticError) as exc:
         hint = f" (on a machine without a GPU pass --use_cpu{hint_use_cpu})" if "use_cpu" in str(exc) else ""
         raise EchoTrlError(f"invalid training arguments: {' '.join(str(exc).split())}{hint}") from exc
+    quiet_off_a_terminal(parsed, argv)
+    return parsed
+
+
+def quiet_off_a_terminal(parsed: tuple, argv: list[str]) -> None:
+    """The Trainer's step bar follows the project's rule for every bar (:func:`~echo_trl.progress.progress_enabled`:
+    a terminal, or ``ECHO_TRL_PROGRESS=1``), so a log file or a pipe gets the logged metrics, not thousands of
+    carriage-return frames; ``--disable_tqdm`` given on the command line wins."""
+    from ...progress import progress_enabled
+
+    if progress_enabled() or any(a.split("=")[0] in ("--disable_tqdm", "--disable-tqdm") for a in argv):
+        return
+    for settings in parsed:
+        if hasattr(settings, "disable_tqdm"):
+            settings.disable_tqdm = True
 
 
 def launched(training_args, run: Callable[[], int]) -> int:

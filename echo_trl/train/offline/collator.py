@@ -104,9 +104,9 @@ def trajectory_features(tokenizer, row: dict[str, Any] | Trajectory, settings: C
         tokens = full.truncate(min(ends)) if ends else full
     except TruncationError as exc:  # an AWM-1K tool list can outgrow the context: name the row and the ways out
         scenario = row.get("scenario") if isinstance(row, dict) else row.scenario
-        raise TruncationError(
-            f"{where} (scenario {scenario!r}): {exc}: rebuild the dataset with `echo-trl build-dataset "
-            "--compact_tools` (tool schemas shortened) or raise --max_length"
+        raise TruncationError(  # max_length is the model's context length here (train has no --max_length)
+            f"{where} (scenario {scenario!r}): {exc} (the model's context length): rebuild the dataset with "
+            "`echo-trl build-dataset --compact_tools` (tool schemas shortened), or train a model with a longer context"
         ) from None
     p = tokens.prompt_length
     roles = tokens.roles[p:]
