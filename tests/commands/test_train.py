@@ -294,6 +294,7 @@ def test_a_training_command_is_quiet_by_default(assets, tmp_path):
 
 
 def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch):
+    from echo_trl.command_line import parse_command
     from echo_trl.commands.support.training_run import parse_training_flags
 
     base = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "o", "--use_cpu"]
@@ -303,5 +304,6 @@ def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch):
 
     monkeypatch.setenv("ECHO_TRL_PROGRESS", "0")  # as off a terminal
     assert disabled() and not disabled("--disable_tqdm", "false") and not disabled("--disable-tqdm=false")
-    monkeypatch.setenv("ECHO_TRL_PROGRESS", "1")  # as on a terminal
-    assert not disabled() and disabled("--disable_tqdm", "true")
+    monkeypatch.setenv("ECHO_TRL_PROGRESS", "1")  # as on a terminal: what transformers decides (its log level)
+    assert disabled() == parse_command(train_cmd.make_parser(), base)[1].disable_tqdm
+    assert disabled("--disable_tqdm", "true") and not disabled("--disable_tqdm", "false")
