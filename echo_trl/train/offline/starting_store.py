@@ -1,7 +1,7 @@
 """An append-only file of starting-model log-probs, one record per row, written as training first uses each row.
 
 Why a file of records and not a ``datasets`` column: the column needs every row's values before it can be
-written, which is the whole-dataset pass before step 1 that issue 34 removes. Here each batch's new rows are
+written, a pass over the whole dataset before step 1 (hours at 100k episodes). Here each batch's new rows are
 appended (and flushed) as soon as they are computed, so a run killed after an hour keeps what it computed, and a
 resumed run (or a later run with the same starting model, data and settings) reads them instead of forwarding.
 
