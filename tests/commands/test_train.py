@@ -293,7 +293,7 @@ def test_a_training_command_is_quiet_by_default(assets, tmp_path):
         assert noise not in proc.stderr, proc.stderr
 
 
-def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch):
+def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch, tmp_path):
     from echo_trl.command_line import parse_command
     from echo_trl.commands.support.training_run import parse_training_flags
 
@@ -304,6 +304,8 @@ def test_the_step_bar_follows_the_terminal_rule_unless_asked(monkeypatch):
 
     monkeypatch.setenv("ECHO_TRL_PROGRESS", "0")  # as off a terminal
     assert disabled() and not disabled("--disable_tqdm", "false") and not disabled("--disable-tqdm=false")
+    (tmp_path / "run.yaml").write_text("disable_tqdm: false\n")
+    assert not disabled("--config", str(tmp_path / "run.yaml"))  # the config file's choice wins too
     monkeypatch.setenv("ECHO_TRL_PROGRESS", "1")  # as on a terminal: what transformers decides (its log level)
     assert disabled() == parse_command(train_cmd.make_parser(), base)[1].disable_tqdm
     assert disabled("--disable_tqdm", "true") and not disabled("--disable_tqdm", "false")

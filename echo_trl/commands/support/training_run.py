@@ -98,10 +98,12 @@ def parse_training_flags(parser, argv: list[str], hint_use_cpu: str = "") -> tup
 def quiet_off_a_terminal(parsed: tuple, argv: list[str]) -> None:
     """The Trainer's step bar follows the project's rule for every bar (:func:`~echo_trl.progress.progress_enabled`:
     a terminal, or ``ECHO_TRL_PROGRESS=1``), so a log file or a pipe gets the logged metrics, not thousands of
-    carriage-return frames; ``--disable_tqdm`` given on the command line wins."""
+    carriage-return frames; ``disable_tqdm`` given on the command line or in the ``--config`` file wins."""
+    from ...command_line import check_config_file
     from ...progress import progress_enabled
 
-    if progress_enabled() or any(a.split("=")[0] in ("--disable_tqdm", "--disable-tqdm") for a in argv):
+    given = any(a.split("=")[0] in ("--disable_tqdm", "--disable-tqdm") for a in argv)
+    if progress_enabled() or given or "disable_tqdm" in (check_config_file(argv) or {}):
         return
     for settings in parsed:
         if hasattr(settings, "disable_tqdm"):
