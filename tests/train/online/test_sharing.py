@@ -9,7 +9,7 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers.tiny import tiny_model, tiny_tokenizer
-from helpers.trainer import assert_same_gradient
+from helpers.trainer import assert_same_gradient, tiny_config
 
 from echo_trl.config import EchoGRPOConfig
 from echo_trl.train import trl_compat
@@ -44,19 +44,10 @@ def prompts(n: int) -> Dataset:
 
 
 def config(tmp_path, share: bool, **kw) -> EchoGRPOConfig:
-    args = dict(
-        output_dir=str(tmp_path / f"share{int(share)}"),
+    """The shared tiny run (helpers' ``tiny_config``) with sharing on or off, everything else equal."""
+    settings = dict(
         per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
         max_completion_length=96,
-        gradient_checkpointing=False,
-        disable_tqdm=True,
         world_model_coeff=0.5,
         prefix_sharing=share,
         prefix_sharing_min_tokens=8,
@@ -64,8 +55,7 @@ def config(tmp_path, share: bool, **kw) -> EchoGRPOConfig:
         optim="sgd",  # weights move linearly in the gradient (Adam turns rounding into lr-sized steps)
         seed=7,
     )
-    args.update(kw)
-    return EchoGRPOConfig(**args)
+    return tiny_config(tmp_path / f"share{int(share)}", **{**settings, **kw})
 
 
 def reward(completions, **kw):
