@@ -3,7 +3,8 @@ to the first training step, vs N.
 
 N distinct valid AWM episodes (``scale_episodes.py``: the bundled ones replicated into distinct scenarios, ~31 KB
 each) go through ``echo-trl build-dataset`` (``--num_proc 1``), the token cache build (``tokenize_dataset`` with
-num_proc 1, then 2, each into an empty cache) and ``echo-trl stats`` on the built cache. Every step is its own
+num_proc 1, then 2, each into an empty cache; also timed inside the process, without the interpreter start) and
+``echo-trl stats`` on the built cache. Every step is its own
 child process measured by ``/usr/bin/time -v`` (CPU seconds = user + system, peak RSS; the machine may be
 shared, so CPU seconds are what compare). The cache's size is compared with its token columns' own bytes
 (int32 ids, int8 roles, int32 prompt length and message ends, three float64 quality values per row). Linear
@@ -41,14 +42,18 @@ from transformers import AutoTokenizer
 from echo_trl.tokens.cache import TOKEN_COLUMNS, token_cache_dir, tokenize_dataset
 ds = datasets.load_from_disk(sys.argv[1])
 tok = AutoTokenizer.from_pretrained(sys.argv[2])
+import time
+t0 = time.perf_counter()
 out = tokenize_dataset(ds, tok, num_proc=int(sys.argv[3]), show_progress=False)
+build_s = time.perf_counter() - t0
 d = token_cache_dir(ds, tok)
 size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
 cols = out.select_columns(["echo_input_ids", "echo_message_ends"]).with_format("arrow")[:]
 import pyarrow.compute as pc
 tokens = int(pc.sum(pc.list_value_length(cols["echo_input_ids"])).as_py())
 ends = int(pc.sum(pc.list_value_length(cols["echo_message_ends"])).as_py())
-print(json.dumps({"cache_bytes": size, "token_bytes": 5 * tokens + 4 * ends + 28 * len(out), "tokens": tokens}))
+print(json.dumps({"cache_bytes": size, "token_bytes": 5 * tokens + 4 * ends + 28 * len(out), "tokens": tokens,
+                  "build_wall_s": round(build_s, 2)}))
 """
 
 
@@ -120,8 +125,10 @@ def measure(n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), f
     for procs in procs_list:
         cache_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-{procs}")}
         stats, out = timed([python, "-c", CACHE_BUILD, str(data), str(tokenizer), str(procs)], cache_env)
+        result = json.loads(out.strip().splitlines()[-1])
+        stats["build_wall_s"] = result.pop("build_wall_s")  # tokenize_dataset alone: without interpreter start
         row[f"cache_np{procs}"] = stats
-        row.update(json.loads(out.strip().splitlines()[-1]))
+        row.update(result)
     stats_env = {**env, "ECHO_TRL_CACHE": str(root / f"cache-{n}-{procs_list[-1]}")}  # the cache exists: read
     row["stats"], _ = timed(
         [python, "-m", "echo_trl.commands.cli", "stats", str(data), "--tokenizer", str(tokenizer), "--json"], stats_env
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
         return out
     print(
         f"{'N':>7} {'arrow MB':>8} | {'build CPU s':>11} {'peak MB':>7} | {'cache np1 CPU/wall s':>20} "
-        f"{'np2 CPU/wall s':>15} {'np1/np2 wall':>12} {'peak MB':>7} | {'cache/tokens':>12} | "
+        f"{'np2 CPU/wall s':>15} {'np1/np2 wall':>12} {'(build alone)':>13} {'peak MB':>7} | {'cache/tokens':>12} | "
         f"{'stats CPU s':>11} {'peak MB':>7}"
     )
     for r in rows:
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"{r['n']:>7} {r['arrow_mb']:>8} | {r['build']['cpu_s']:>11} {r['build']['peak_mb']:>7} | "
             f"{c1['cpu_s']:>9}/{c1['wall_s']:<10} {c2['cpu_s']:>7}/{c2['wall_s']:<7} "
-            f"{c1['wall_s'] / c2['wall_s']:>12.2f} "
+            f"{c1['wall_s'] / c2['wall_s']:>12.2f} {c1['build_wall_s'] / c2['build_wall_s']:>13.2f} "
             f"{max(c1['peak_mb'], c2['peak_mb']):>7} | {r['cache_bytes'] / r['token_bytes']:>12.2f} | "
             f"{r['stats']['cpu_s']:>11} {r['stats']['peak_mb']:>7}"
         )
