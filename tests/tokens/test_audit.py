@@ -179,3 +179,25 @@ def test_a_whitespace_output_merged_into_the_template_passes():
     )
     rt = tokenize_with_roles(tok, t)
     assert rt.counts()["action"] > 0
+
+
+def test_an_output_held_whole_by_a_template_token_passes_and_no_other():
+    """Llama 3.1 renders a string output as JSON (``","``); BPE may merge the opening quote with a one-character
+    output, so no token starts inside it and it has no token to learn. The audit accepts exactly that: where the
+    output has a token of its own and the roles drop it, the row is still refused."""
+    tok = family_tokenizer("llama3_1")
+    lay = layout(tok, make_trajectory([","], warnings={0: ["warn"]}))
+    enc = tok(lay.text, add_special_tokens=False, return_offsets_mapping=True)
+    at = lay.text.rindex('ipython<|end_header_id|>\n\n"') + len('ipython<|end_header_id|>\n\n"')  # the ','
+    assert lay.text[at] == ","
+    holder = [(a, b) for a, b in enc["offset_mapping"] if a <= at < b]
+    if holder[0][0] == at:
+        pytest.skip("this tokenizer gives ',' a token of its own here")
+    assert holder[0][0] < at  # the case: the token holding the output starts at the template's quote
+    rt = tokenize_with_roles(tok, make_trajectory([","], warnings={0: ["warn"]}))
+    assert rt.counts()["env_output"] == 0 and rt.counts()["warning"] > 0
+
+    lay = layout(tok, make_trajectory(["x,"]))  # 'x' starts a token: the output has one of its own
+    roles = lay.char_roles.copy()
+    roles[roles == ENV] = Role.CONTEXT.code
+    assert "expected its env_output run" in _refused(tok, lay, roles)
