@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -57,9 +58,34 @@ print(json.dumps({"cache_bytes": size, "token_bytes": 5 * tokens + 4 * ends + 28
 """
 
 
+def tree_anon_kb(pid: int) -> int:
+    """Anonymous resident memory (kB) of ``pid`` and every process under it: what the process tree itself holds,
+    without the pages of memory-mapped files it read (``datasets`` maps its Arrow files; the kernel can drop those
+    pages, and peak RSS counts them)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(re.search(r"RssAnon:\s+(\d+)", status).group(1))
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, AttributeError):
+            continue  # the process ended while it was read
+    return total
+
+
 def timed(cmd: list[str], env: dict) -> tuple[dict, str]:
-    """Run ``cmd`` under ``/usr/bin/time -v``: CPU seconds, wall seconds, peak RSS (MB) and its stdout."""
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    """Run ``cmd`` under ``/usr/bin/time -v``: CPU seconds, wall seconds, peak RSS (MB), peak anonymous memory of
+    its process tree (MB, sampled every 0.2 s) and its stdout."""
+    peak = 0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=out, stderr=err, text=True, env=env)
+        while child.poll() is None:
+            peak = max(peak, tree_anon_kb(child.pid))
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        proc = subprocess.CompletedProcess(cmd, child.returncode, out.read(), err.read())
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
 
@@ -73,6 +99,7 @@ def timed(cmd: list[str], env: dict) -> tuple[dict, str]:
         "cpu_s": round(cpu, 2),
         "wall_s": round(seconds, 2),
         "peak_mb": int(field("Maximum resident set size (kbytes)")) // 1024,
+        "peak_anon_mb": peak // 1024,
     }, proc.stdout
 
 
@@ -138,6 +165,11 @@ def measure(n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), f
     return row
 
 
+def mem(step: dict) -> str:
+    """Peak RSS / peak anonymous memory, MB."""
+    return f"{step['peak_mb']}/{step['peak_anon_mb']}"
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="episode counts (default 1000 10000)")
@@ -160,10 +192,11 @@ def main(argv: list[str] | None = None) -> dict:
     fits = {}
     xs = [r["n"] for r in rows]
     steps = ["build", *(f"cache_np{k}" for k in args.cache_procs), "stats"]
-    series = {f"{step}.{m}": [r[step][m] for r in rows] for step in steps for m in ("cpu_s", "peak_mb")}
+    measures = ("cpu_s", "peak_mb", "peak_anon_mb")
+    series = {f"{step}.{m}": [r[step][m] for r in rows] for step in steps for m in measures}
     if args.first_step:
         for policy in ("initial", "current"):
-            for m in ("cpu_s", "peak_mb"):
+            for m in measures:
                 series[f"first_step_{policy}.{m}"] = [r["first_step"][policy][m] for r in rows]
     for name, ys in series.items():
         a, b = linear_fit(xs, ys)
@@ -174,28 +207,29 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(out))
         return out
+    print("peak memory: RSS / anonymous (RSS counts the pages of memory-mapped Arrow files read; anonymous does not)")
     if args.first_step:
-        print(f"{'N':>7} | {'first step CPU s (initial / current)':>36} | {'peak MB (initial / current)':>28}")
+        print(f"{'N':>7} | {'first step CPU s (initial / current)':>36} | {'peak MB (initial; current)':>28}")
         for r in rows:
             i, c = r["first_step"]["initial"], r["first_step"]["current"]
-            print(f"{r['n']:>7} | {i['cpu_s']:>17} / {c['cpu_s']:<16} | {i['peak_mb']:>13} / {c['peak_mb']:<12}")
+            print(f"{r['n']:>7} | {i['cpu_s']:>17} / {c['cpu_s']:<16} | {mem(i):>13}; {mem(c):<12}")
     if args.cache_procs != [1, 2]:
         for name, fit in fits.items():
             print(f"fit {name}: {fit['at_0']} + {fit['per_1k']} per 1k episodes")
         return out
     print(
-        f"{'N':>7} {'arrow MB':>8} | {'build CPU s':>11} {'peak MB':>7} | {'cache np1 CPU/wall s':>20} "
-        f"{'np2 CPU/wall s':>15} {'np1/np2 wall':>12} {'(build alone)':>13} {'peak MB':>7} | {'cache/tokens':>12} | "
-        f"{'stats CPU s':>11} {'peak MB':>7}"
+        f"{'N':>7} {'arrow MB':>8} | {'build CPU s':>11} {'peak MB':>9} | {'cache np1 CPU/wall s':>20} "
+        f"{'np2 CPU/wall s':>15} {'np1/np2 wall':>12} {'(build alone)':>13} {'peak MB np1; np2':>16} | "
+        f"{'cache/tokens':>12} | {'stats CPU s':>11} {'peak MB':>9}"
     )
     for r in rows:
         c1, c2 = r["cache_np1"], r["cache_np2"]
         print(
-            f"{r['n']:>7} {r['arrow_mb']:>8} | {r['build']['cpu_s']:>11} {r['build']['peak_mb']:>7} | "
+            f"{r['n']:>7} {r['arrow_mb']:>8} | {r['build']['cpu_s']:>11} {mem(r['build']):>9} | "
             f"{c1['cpu_s']:>9}/{c1['wall_s']:<10} {c2['cpu_s']:>7}/{c2['wall_s']:<7} "
             f"{c1['wall_s'] / c2['wall_s']:>12.2f} {c1['build_wall_s'] / c2['build_wall_s']:>13.2f} "
-            f"{max(c1['peak_mb'], c2['peak_mb']):>7} | {r['cache_bytes'] / r['token_bytes']:>12.2f} | "
-            f"{r['stats']['cpu_s']:>11} {r['stats']['peak_mb']:>7}"
+            f"{mem(c1) + '; ' + mem(c2):>16} | {r['cache_bytes'] / r['token_bytes']:>12.2f} | "
+            f"{r['stats']['cpu_s']:>11} {mem(r['stats']):>9}"
         )
     for name, fit in fits.items():
         print(f"fit {name}: {fit['at_0']} + {fit['per_1k']} per 1k episodes")

@@ -11,7 +11,8 @@ and the offending text) unless:
 * each ``env_output`` (``warning``) run is its message's content (warning) as the template rendered it:
   verbatim, JSON-escaped or stripped. The stated whitespace join: a run may carry whitespace the template
   puts around the content, and may leave out the content's own leading or trailing whitespace where a
-  token merges it with the template's;
+  token merges it with the template's. Content held whole by one template token that starts before it
+  (a JSON quote merged with a one-character output) has no run: a token's role is its first character's;
 * each ``action`` run holds its assistant message's payload (every tool call's name and string argument
   values, its content where the template renders it) and no tool message's content; it begins where the
   template's generation prompt for that turn ends (as far as the turn agrees with it); after the payload
