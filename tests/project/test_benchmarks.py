@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.bench import importable_benchmarks
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+BENCH = importable_benchmarks()
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 
@@ -113,7 +112,7 @@ def test_vs_full_logits():
     proc = subprocess.run(
         [
             sys.executable,
-            str(BENCH / "vs_full_logits.py"),
+            str(BENCH / "step" / "vs_full_logits.py"),
             "--quick",
             "--json",
             "--lengths",
@@ -162,7 +161,7 @@ def test_prefix_sharing():
     proc = subprocess.run(
         [
             sys.executable,
-            str(BENCH / "prefix_sharing.py"),
+            str(BENCH / "step" / "prefix_sharing.py"),
             "--quick",
             "--json",
             "--groups",

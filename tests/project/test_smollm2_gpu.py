@@ -1,4 +1,4 @@
-"""The prepared GPU benchmark (benchmarks/smollm2_gpu.py): its model is SmolLM2-135M's shape, it refuses
+"""The prepared GPU benchmark (benchmarks/gpu/smollm2_gpu.py): its model is SmolLM2-135M's shape, it refuses
 without a GPU in one line, and its CPU smoke path runs the three trainers and reports consistent numbers.
 
 No timing assertions: timings are what it measures, on whatever machine runs it.
@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.bench import importable_benchmarks
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "smollm2_gpu.py"
-sys.path.insert(0, str(REPO / "benchmarks"))
+SCRIPT = importable_benchmarks() / "gpu" / "smollm2_gpu.py"
 
 
 def test_model_shape_is_smollm2_135m():

@@ -1,15 +1,14 @@
-"""The conformance runner's own pieces (benchmarks/trl_sft_conformance.py, trl_sft_standins.py): reading outcomes
-from a ``pytest -v`` log, and stand-ins built once, reused, and rebuilt when their sizes change."""
+"""The conformance runner's own pieces (benchmarks/conformance/trl_sft_conformance.py, trl_sft_standins.py):
+reading outcomes from a ``pytest -v`` log, and stand-ins built once, reused, and rebuilt when their sizes change."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.bench import importable_benchmarks
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+importable_benchmarks()
 
 LOG = """\
 ============================= test session starts ==============================

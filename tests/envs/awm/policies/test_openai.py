@@ -3,7 +3,7 @@
 Responses in vLLM's documented schema come from two places: hand-written fixtures (tests/fixtures/vllm_responses,
 with their source) for the parser, and, for the end-to-end path, :class:`VLLMAnswers`, which answers each request
 as vLLM does (same JSON fields) from a real tiny model sampled here, because vLLM itself needs a GPU
-(``benchmarks/vllm_logprobs.py`` runs the same path against ``vllm serve`` where one is lent).
+(``benchmarks/gpu/vllm_logprobs.py`` runs the same path against ``vllm serve`` where one is lent).
 """
 
 from __future__ import annotations

@@ -182,11 +182,12 @@ def test_no_server_free_in_time_is_an_environment_failure_of_that_episode(scenar
 
 
 def test_benchmark_smoke(capsys):
-    """benchmarks/awm_pool.py's cheapest path: the JSON it prints, rewards checked under swapping."""
+    """benchmarks/environments/awm_pool.py's cheapest path: the JSON it prints, rewards checked under swapping."""
     import json
-    import sys
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    from helpers.bench import importable_benchmarks
+
+    importable_benchmarks()
     import awm_pool
 
     out = awm_pool.main(

@@ -7,7 +7,7 @@ exponent k of ``cost ~ T**k`` is the least-squares slope in log-log space. The w
 is O(T) (a masked mean over per-token log-probs); the backbone's attention is not, so the lambda = 0
 column shows what the model alone costs at each length and ``echo / grpo`` what ECHO adds.
 
-    python benchmarks/scaling.py [--quick] [--json] [--lengths 1024 2048 4096 8192]
+    python benchmarks/step/scaling.py [--quick] [--json] [--lengths 1024 2048 4096 8192]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     alternate_measured,

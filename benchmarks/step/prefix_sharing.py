@@ -16,14 +16,14 @@ the env tokens, and its backward (no optimizer step):
 Same random-init Qwen3-architecture model for all (fp32, SDPA); repetitions alternate the order
 (A B C, C B A, ...) and ratios are medians of per-repetition ratios, so machine load hits all alike.
 
-    python benchmarks/prefix_sharing.py [--quick] [--json] [--groups 4 8 16] [--preambles 2048 8192]
+    python benchmarks/step/prefix_sharing.py [--quick] [--json] [--groups 4 8 16] [--preambles 2048 8192]
 
 ``--trainer``: the real ``EchoGRPOTrainer`` instead, whole offline optimizer steps (collate from the token
 cache, TRL's loss forward, world term, backward, AdamW) with ``prefix_sharing`` true vs false on AWM-shaped
 data: a GRPO group of G trajectories sharing one bundled AWM prompt (``library_1``, full tool schemas), each
 with another captured episode's completion; micro-batch = the group.
 
-    python benchmarks/prefix_sharing.py --trainer [--quick] [--json] [--groups 8]
+    python benchmarks/step/prefix_sharing.py --trainer [--quick] [--json] [--groups 8]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     bundled_dataset,

@@ -23,8 +23,8 @@ measured). Tokens: the loss forward's own tokens (padding excluded), the tokens 
 denominator) and the micro-batch's unique tokens (distinct prefixes: what a perfect prefix tree forwards). Exactness:
 the last shared micro-batch's loss (random advantages) recomputed unshared on the same weights.
 
-    python benchmarks/online_step.py            # G = 4, 8, 16
-    python benchmarks/online_step.py --quick    # G = 2, one measured step (the test suite's run)
+    python benchmarks/step/online_step.py            # G = 4, 8, 16
+    python benchmarks/step/online_step.py --quick    # G = 2, one measured step (the test suite's run)
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 from common import REPO, parser, report, setup  # noqa: E402
 
 SCENARIO = "library_1"

@@ -12,7 +12,7 @@ those ids to the local folders (``from_pretrained`` and ``load_dataset`` take a 
   Vision-language models, remote-code models and datasets with images are not built: the tests that load them fail
   for every trainer alike, and the conformance runner reports them.
 
-    python benchmarks/trl_sft_standins.py ROOT
+    python benchmarks/conformance/trl_sft_standins.py ROOT
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "trl_sft"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "trl_sft"
 ORG = "trl-internal-testing"
 #: File in each model folder naming the sizes it was built with: a folder built with other sizes is rebuilt.
 STAMP = "echo_trl_standin.json"

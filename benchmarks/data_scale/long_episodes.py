@@ -7,7 +7,7 @@
   (``per_device_train_batch_size=1``, so one trajectory per forward), tiny Qwen3 model on CPU, with and
   without ``gradient_checkpointing``; each in a fresh process, peak resident set (VmHWM) reported.
 
-    python benchmarks/long_episodes.py [--quick] [--json] [--steps 500 2000 ...] [--train_tokens 20000]
+    python benchmarks/data_scale/long_episodes.py [--quick] [--json] [--steps 500 2000 ...] [--train_tokens 20000]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     echo_trainer,

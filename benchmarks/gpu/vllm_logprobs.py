@@ -2,7 +2,7 @@
 
 One command, where a GPU and vLLM are present:
 
-    python benchmarks/vllm_logprobs.py [--quick] [--json] [--temperature 0.8] [--episodes 8]   # --quick: 4
+    python benchmarks/gpu/vllm_logprobs.py [--quick] [--json] [--temperature 0.8] [--episodes 8]   # --quick: 4
 
 1. builds the tiny tool-calling model of the capture tests (tests/helpers/inference_server.py; hidden size 256, so
    vLLM's attention kernels get head size 64) and serves it with
@@ -30,7 +30,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import REPO, parser  # noqa: E402

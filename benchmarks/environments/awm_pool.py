@@ -14,7 +14,7 @@ start of the run), ``rss_mb_per_server`` (VmRSS summed over each live server's p
 from /proc, with the largest pool full), ``episodes_per_s`` per bound (timed after each
 scenario's tools and snapshot are prepared, which TRL does at trainer init).
 
-    python benchmarks/awm_pool.py [--quick] [--json]
+    python benchmarks/environments/awm_pool.py [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import REPO, parser, report  # noqa: E402

@@ -9,7 +9,7 @@ outputs so nothing is trivially repeated except what AWM repeats: the scenario's
 Per-segment tokenization cuts the rendered text at role boundaries and tokenizes each piece
 alone; it is timed on the same episodes and its ids are compared with the exact ones (drift).
 
-    python benchmarks/build_dataset.py [--quick] [--json] [--awm1k_samples DIR --episode FILE]
+    python benchmarks/data_scale/build_dataset.py [--quick] [--json] [--awm1k_samples DIR --episode FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import alternate, median, parser, report  # noqa: E402

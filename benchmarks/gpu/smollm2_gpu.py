@@ -1,5 +1,5 @@
 """SmolLM2-135M-shaped ECHO steps on one GPU: ECHO vs lambda = 0 and prefix sharing vs unshared (bf16, SDPA),
-then ``benchmarks/fsdp2.py`` on that GPU.
+then ``benchmarks/gpu/fsdp2.py`` on that GPU.
 
 Prepared for a machine with one GPU, no network and only torch, transformers, accelerate and peft installed: the
 other packages travel as wheels (docs/real_model.md, "The GPU experiment", has the command). Nothing is
@@ -18,8 +18,8 @@ forwards them unshared, the same count for every variant, over the step time), p
 paired ratios echo/grpo and unshared/shared. Then ``fsdp2.py --num_processes 1`` (FSDP2 on one rank against one
 plain process: equal losses, wall times).
 
-    python benchmarks/smollm2_gpu.py [--json] [--output FILE] [--groups 8] [--max_completion 1536] [--no_fsdp2]
-    python benchmarks/smollm2_gpu.py --cpu_smoke [--json]     # tiny shape, fp32, on CPU (the project test)
+    python benchmarks/gpu/smollm2_gpu.py [--json] [--output FILE] [--groups 8] [--max_completion 1536] [--no_fsdp2]
+    python benchmarks/gpu/smollm2_gpu.py --cpu_smoke [--json]     # tiny shape, fp32, on CPU (the project test)
 
 Without a CUDA device (and without ``--cpu_smoke``) it refuses in one line, exit code 2.
 """
@@ -35,7 +35,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # runs from a checkout: echo_trl needs no install
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
+sys.path.insert(2, str(Path(__file__).resolve().parents[1] / "step"))  # prefix_sharing.py
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # runs from a checkout: echo_trl needs no install
 
 from common import REPO, echo_step, echo_trainer, measure_call, median, parser, report, setup  # noqa: E402
 
@@ -97,8 +99,8 @@ def group_tokens(trainer, rows) -> int:
 
 
 def fsdp2_one_gpu() -> dict:
-    """``benchmarks/fsdp2.py --num_processes 1 --json``: its JSON, or the reason it gave none."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "fsdp2.py"), "--num_processes", "1", "--json"]
+    """``benchmarks/gpu/fsdp2.py --num_processes 1 --json``: its JSON, or the reason it gave none."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu" / "fsdp2.py"), "--num_processes", "1", "--json"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)  # echo_trl from this checkout
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]

@@ -6,7 +6,7 @@ episodes are 17 scenarios, 100k are 1,667) and a marker of ``r`` in its task and
 episodes are byte-identical and each scenario's tool preamble is shared only inside the scenario, as in AWM-1K.
 Episodes are written as JSONL files of ``per_file`` episodes each (the capture's layout), streamed.
 
-    python benchmarks/scale_episodes.py N OUT_DIR
+    python benchmarks/data_scale/scale_episodes.py N OUT_DIR
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-BUNDLED = Path(__file__).resolve().parents[1] / "data" / "episodes"
+BUNDLED = Path(__file__).resolve().parents[2] / "data" / "episodes"
 
 
 def bundled() -> list[dict]:

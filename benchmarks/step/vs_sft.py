@@ -7,7 +7,7 @@ Qwen3-architecture model and the same AWM trajectories (``data/episodes``, ``lib
 those token ids pre-tokenized (``input_ids`` column; loss on every token). A step is
 collate + forward + backward + AdamW + zero grad for both; repetitions alternate the order.
 
-    python benchmarks/vs_sft.py [--quick] [--json]
+    python benchmarks/step/vs_sft.py [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     alternate_measured,

@@ -16,7 +16,7 @@ mark reset through ``/proc/self/clear_refs``; CUDA: the allocator's peak). Every
 both variants alternately, several times; medians. On CPU the backbone is small (``--hidden_size``):
 its size does not change the logits' memory, which is what this benchmark is about.
 
-    python benchmarks/vs_full_logits.py [--quick] [--json] [--lengths 1024 4096 8192] [--vocab_size 151936]
+    python benchmarks/step/vs_full_logits.py [--quick] [--json] [--lengths 1024 4096 8192] [--vocab_size 151936]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import alternate_measured, ensure_malloc_env, median, memory_method, parser, report, setup  # noqa: E402
 

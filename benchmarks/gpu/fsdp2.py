@@ -15,7 +15,7 @@ trajectories and settings:
 
 and prints each step's loss in both and the largest absolute difference (expected: float noise, below 1e-5).
 
-    python benchmarks/fsdp2.py [--quick] [--steps 3] [--num_processes 2] [--json]      # --quick: one step
+    python benchmarks/gpu/fsdp2.py [--quick] [--steps 3] [--num_processes 2] [--json]      # --quick: one step
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def assets(root: Path) -> tuple[Path, Path]:

@@ -16,7 +16,7 @@ tokenizer, float32 on CPU, 2 trajectories a step, otherwise the command's defaul
 and once with ``current``: the whole process (imports, model and cache load, the one step), so the difference
 between the sizes is what grows with N before the first step.
 
-    python benchmarks/scale.py [--quick] [--json] [--sizes 1000 10000] [--cache_procs 1 2] [--first_step]
+    python benchmarks/data_scale/scale.py [--quick] [--json] [--sizes 1000 10000] [--cache_procs 1 2] [--first_step]
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import parser  # noqa: E402
 from scale_episodes import write_episodes  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CACHE_BUILD = """
 import json, sys, datasets

@@ -15,7 +15,7 @@ Ratios are checkout / base of the medians over repetitions (goal: <= 1.10); ``pa
 median over repetitions of each repetition's own ratio, which a shared machine's drifting load
 disturbs less (both sides of a repetition run back to back).
 
-    python benchmarks/sandbox_cost.py [--quick] [--json] [--base-ref REF]
+    python benchmarks/environments/sandbox_cost.py [--quick] [--json] [--base-ref REF]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOAL = 1.10
 BASE_REF = "0cc36e3"  # main before the host-boundary hardening (symlinked files, keyring, seccomp, kill -9)
 KEYS = ("start", "call", "verify")

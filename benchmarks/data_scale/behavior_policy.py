@@ -12,7 +12,7 @@ micro-batch) and a tiny Qwen3-architecture model, it times, in alternation (medi
   once); ``cold``: every row forwarded by the starting model on first use (an empty store), ``stored``: read from
   the store of the previous run into the same output directory (a resume, a later run).
 
-    python benchmarks/behavior_policy.py [--quick] [--json] [--repeats 3] [--hidden_size 64]
+    python benchmarks/data_scale/behavior_policy.py [--quick] [--json] [--repeats 3] [--hidden_size 64]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import bundled_dataset, corpus_of, median, parser, ratio, report, setup  # noqa: E402
 

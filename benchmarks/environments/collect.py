@@ -18,7 +18,7 @@ What bounds it, per level, from the records and one probe:
   ~1-3 s each, counted in the wall time; at most ``--max-servers``), episode set-up on the pool, alignment,
   writing.
 
-    python benchmarks/collect.py [--quick] [--json] [--episodes 24] [--concurrency 1 4 16]
+    python benchmarks/environments/collect.py [--quick] [--json] [--episodes 24] [--concurrency 1 4 16]
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the capture tests' model and server
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the capture tests' model and server
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 
 from common import REPO, parser, report  # noqa: E402

@@ -1,15 +1,16 @@
 """Run TRL's own SFT test file, offline, against TRL's ``SFTTrainer`` and against ``EchoSFTTrainer``.
 
-    python benchmarks/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR] [CLASS::TEST ...]
-        [--jobs 3] [--log_dir DIR] [--threads 1]
-    python benchmarks/trl_sft_conformance.py --from_logs DIR     # the counts of an earlier (or stopped) run
+    python benchmarks/conformance/trl_sft_conformance.py [--trainers trl echo echo0] [-k EXPR] [--standins DIR]
+        [CLASS::TEST ...] [--jobs 3] [--log_dir DIR] [--threads 1]
+    python benchmarks/conformance/trl_sft_conformance.py --from_logs DIR   # the counts of an earlier (or stopped) run
 
 The file (``tests/fixtures/trl_sft/trl_test_sft_trainer.py``, TRL main, source and commit in ``SOURCE.md``) is
-copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest, one process
-per trainer for the whole file (``--jobs`` of them side by side, one torch thread each), the working directory
-holding the local stand-ins of the ``trl-internal-testing`` models and datasets (``benchmarks/trl_sft_standins.py``,
-built once and reused from ``--standins``; a model folder built with other sizes is rebuilt). The trainer is the
-test module's ``SFTTrainer``: its ``from trl import ... SFTTrainer`` line is pointed at a module that gives
+copied with its helpers into a temporary ``tests`` package under its TRL names and run with pytest, one process per
+trainer for the whole file (``--jobs`` of them side by side, one torch thread each), the working directory holding
+the local stand-ins of the ``trl-internal-testing`` models and datasets
+(``benchmarks/conformance/trl_sft_standins.py``, built once and reused from ``--standins``; a model folder built
+with other sizes is rebuilt). The trainer is the test module's ``SFTTrainer``: its ``from trl import ...
+SFTTrainer`` line is pointed at a module that gives
 
 * ``trl``: TRL's ``SFTTrainer`` as installed;
 * ``echo``: ``EchoSFTTrainer`` at its default weights (observation and action weight 1);
@@ -37,7 +38,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = HERE.parent / "tests" / "fixtures" / "trl_sft"
+FIXTURES = HERE.parents[1] / "tests" / "fixtures" / "trl_sft"
 sys.path.insert(0, str(HERE))
 
 from trl_sft_standins import ORG, build  # noqa: E402
@@ -51,7 +52,7 @@ FILES = {
 
 CONFTEST = '''
 
-# ---- added by echo_trl's benchmarks/trl_sft_conformance.py -------------------------------------------------------
+# ---- added by echo_trl's benchmarks/conformance/trl_sft_conformance.py ------------------------------------
 import shutil as _shutil
 from pathlib import Path as _Path
 

@@ -7,7 +7,7 @@ tokenizes both the same way (same template, same ``input_ids``); EchoSFTTrainer 
 own. A step is collate + forward + backward + AdamW + zero grad for both, on the same rows; repetitions alternate
 the order. Goal: at most 1.05x.
 
-    python benchmarks/sft_step.py [--quick] [--json]
+    python benchmarks/step/sft_step.py [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     alternate_measured,

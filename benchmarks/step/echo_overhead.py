@@ -13,7 +13,7 @@ Memory is the peak above the level at the start of the step: on CPU the resident
 mark (reset through ``/proc/self/clear_refs``; tracemalloc cannot see torch), on CUDA the
 allocator's peak.
 
-    python benchmarks/echo_overhead.py [--quick] [--json]
+    python benchmarks/step/echo_overhead.py [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
     alternate_measured,
