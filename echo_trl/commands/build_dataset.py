@@ -22,10 +22,13 @@ a reward (OpenEnv `openenv collect` results.jsonl: roles from the message roles)
 ECHO trajectory dataset: `save_to_disk` files, a dataset card (README.md) and, with
 --skip-invalid, skipped.jsonl listing every rejected record with its reason.
 
---format chat-template (default) gives each scenario tool to the model's chat template;
---format awm-agent renders the official AWM agent's conversation (its system prompt, the
-list_tools / call_tool meta-tools, the tool list as list_tools' reply, `Error: ` on failed
-calls, the final answer), the format the Arctic-AWM models were trained on.
+--format chat-template gives each scenario tool to the model's chat template; --format awm-agent
+renders the official AWM agent's conversation (its system prompt, the list_tools / call_tool
+meta-tools, the tool list as list_tools' reply, `Error: ` on failed calls, the final answer), the
+format the Arctic-AWM models were trained on. By default each episode is built in the format it
+was captured in (`echo-trl capture` records it), chat-template where it records none; an episode
+that carries the sampler's log-probs is refused in any other format (they belong to the
+conversation it was captured in).
 
 Input that yields no valid episode is an error; so is a directory without episode files or one
 that cannot be read (with --skip-invalid: reported like an invalid record). The output is
@@ -66,8 +69,9 @@ class BuildDatasetArguments:
             Drop the response documentation fastapi-mcp appends to each tool description (``chat-template`` only).
         system_prompt (`str`, *optional*, defaults to the chat-template prompt):
             System prompt of every trajectory (``{scenario}`` is filled in; ``""`` for none).
-        format (`str`, *optional*, defaults to `"chat-template"`):
-            Conversation format: ``chat-template`` or ``awm-agent`` (the official AWM agent's).
+        format (`str` or `None`, *optional*):
+            Conversation format: ``chat-template`` or ``awm-agent`` (the official AWM agent's); default: the one
+            each episode was captured in (``chat-template`` where it records none).
         verify_turn (`str` or `None`, *optional*):
             The verifier step as an ``env_output`` message, or omitted (default: by format).
 
@@ -100,10 +104,11 @@ class BuildDatasetArguments:
             "with --format awm-agent the default is the official agent's prompt)"
         },
     )
-    format: str = field(
-        default="chat-template",
+    format: str | None = field(
+        default=None,
         metadata={
-            "help": "conversation format (default chat-template; awm-agent: the official AWM agent's)",
+            "help": "conversation format: chat-template, or awm-agent (the official AWM agent's); default: each "
+            "episode's own, the one it was captured in (chat-template where it records none)",
             "choices": list(FORMATS),
         },
     )
@@ -178,7 +183,7 @@ def main(argv: list[str]) -> int:
     counts = result.counts
     print(
         f"built {plural(counts.rows, 'episode')} from {plural(len(counts.scenarios), 'scenario')}, "
-        f"format {args.format} -> {out}"
+        f"format {', '.join(sorted(counts.formats)) or args.format} -> {out}"
     )
     if result.skipped:
         print(f"skipped {result.skipped} invalid record(s); reasons in {out / 'skipped.jsonl'}:", file=sys.stderr)

@@ -94,7 +94,7 @@ class _Options:
     strict: bool = True
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     compact_tools: bool = False
-    format: str = "chat-template"
+    format: str | None = None  # None: each episode's own (the one it was captured in)
     verify_turn: str | None = None
 
     def rows(self, records, on_skip: Callable[[SkippedRecord], None] | None) -> Iterator[pa.RecordBatch]:
@@ -103,7 +103,7 @@ class _Options:
             records,
             strict=self.strict,
             on_skip=on_skip,
-            check=lambda t: encode_row(t, self.format),
+            check=encode_row,
             system_prompt=self.system_prompt,
             compact_tools=self.compact_tools,
             format=self.format,
@@ -112,8 +112,8 @@ class _Options:
         return (row for _, row in converted)
 
 
-def _check_format(format: str) -> None:
-    if format not in FORMATS:
+def _check_format(format: str | None) -> None:
+    if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
 
 
@@ -125,7 +125,7 @@ def build_awm_dataset(
     skipped: list[SkippedRecord] | None = None,
     show_progress: bool | None = None,
     compact_tools: bool = False,
-    format: str = "chat-template",
+    format: str | None = None,
     verify_turn: str | None = None,
 ) -> datasets.Dataset:
     """Build the trajectory dataset from AWM episode files and directories, in memory (its Arrow data only;
@@ -138,7 +138,9 @@ def build_awm_dataset(
 
     ``format``: ``chat-template`` (tool calls and schemas for the model's chat template) or
     ``awm-agent`` (the official AWM agent's conversation: its system prompt, ``list_tools`` /
-    ``call_tool``; see ``docs/datasets.md``); recorded in the ``format`` column.
+    ``call_tool``; see ``docs/datasets.md``); ``None`` (the default): each episode in the format it was
+    captured in (``metadata.format``), ``chat-template`` where it records none. Recorded in the ``format``
+    column.
     ``verify_turn``: ``env_output`` or ``omit`` the verifier step (default: ``env_output`` for
     chat-template, ``omit`` for awm-agent). Conversation logs (``messages`` + ``reward``) are
     taken as recorded in either format.
@@ -258,7 +260,7 @@ def write_awm_dataset(
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     skipped_file: str | Path | None = None,
     compact_tools: bool = False,
-    format: str = "chat-template",
+    format: str | None = None,
     verify_turn: str | None = None,
     show_progress: bool | None = None,
 ) -> BuildResult:

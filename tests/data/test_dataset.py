@@ -366,6 +366,41 @@ def test_format_is_recorded_and_chosen_per_build(episode_dir, tmp_path):
         build_awm_dataset([episode_dir], format="chat")
 
 
+def test_each_episode_is_built_in_the_format_it_was_captured_in(tmp_path):
+    """capture records metadata.format; a build without --format keeps it, episode by episode. The sampler's
+    log-probs belong to the captured conversation: another format is refused for that record, in one line."""
+    tools = [{"name": "search", "description": "Search.", "inputSchema": {}}]
+
+    def write(name, format=None, logprobs=None):
+        ep = openenv_episode(tools=tools)
+        if format is not None:
+            ep["metadata"] = {"format": format}
+        if logprobs is not None:
+            ep["behavior_logprobs"] = logprobs
+        (tmp_path / name).write_text(json.dumps(ep))
+        return tmp_path / name
+
+    agent, plain, none = write("a.json", "awm-agent"), write("b.json", "chat-template"), write("c.json")
+    built = build_awm_dataset([agent, plain, none])
+    assert built["format"] == ["awm-agent", "chat-template", "chat-template"]
+    assert built[0]["completion"][0]["tool_calls"][0]["function"]["name"] == "list_tools"  # the official agent's
+    assert build_awm_dataset([agent], format="chat-template")["format"] == ["chat-template"]  # asked for: as asked
+
+    sampled = write("s.json", "awm-agent", logprobs=[-0.5] * 3)
+    with pytest.raises(EpisodeError, match=r"s\.json: behavior_logprobs: .*awm-agent conversation.*format awm-agent"):
+        build_awm_dataset([sampled], format="chat-template")
+    assert build_awm_dataset([sampled])["format"] == ["awm-agent"]  # its own format: kept with its log-probs
+    kept: list = []
+    assert build_awm_dataset([sampled, plain], format="chat-template", strict=False, skipped=kept).num_rows == 1
+    assert [k.source for k in kept] == [str(sampled)]
+
+    (tmp_path / "bad.json").write_text(json.dumps({**openenv_episode(tools=tools), "metadata": {"format": "chat"}}))
+    with pytest.raises(EpisodeError, match=r"bad\.json: metadata\.format: 'chat' is not a format"):
+        build_awm_dataset([tmp_path / "bad.json"])
+    with pytest.raises(EpisodeError, match=r"a\.json: metadata\.format: captured as awm-agent"):
+        build_awm_dataset([agent], compact_tools=True)
+
+
 def test_datasets_built_before_formats_load_as_chat_template(episode_dir):
     old = build_awm_dataset([episode_dir]).remove_columns("format")
     assert validate_dataset(old)["format"] == ["chat-template"] * 4

@@ -22,7 +22,7 @@ from .awm import awm_record_to_trajectory
 from .conversations import conversation_to_trajectory
 from .episode_files import EpisodeRecord, iter_episode_records
 from .fields import check_text
-from .formats import FORMATS, VERIFY_TURNS, default_verify_turn
+from .formats import FORMATS, VERIFY_TURNS, build_format, default_verify_turn
 from .prompt import DEFAULT_SYSTEM_PROMPT
 
 __all__ = ["awm_episode_to_trajectory", "iter_awm_trajectories", "load_awm_episodes"]
@@ -82,7 +82,7 @@ def awm_episode_to_trajectory(
     record: str | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
-    format: str = "chat-template",
+    format: str | None = None,
     verify_turn: str | None = None,
 ) -> Trajectory:
     """Map one recorded AWM episode (either shape) onto a role-tagged :class:`Trajectory`.
@@ -94,12 +94,13 @@ def awm_episode_to_trajectory(
     response documentation from tool descriptions (:func:`echo_trl.data.readers.tools.compact_tool_schema`).
     Raises :class:`EpisodeError` naming ``source``, ``record`` and the offending field.
 
-    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.data.readers.awm_agent`).
-    ``verify_turn`` (``env_output`` | ``omit``, default per format) keeps or drops the verifier
-    step (dropped: a recorded final answer ends the chat). A record with ``messages`` (a
-    conversation log) is read as recorded by :mod:`echo_trl.data.readers.conversations`.
+    ``format="awm-agent"``: the official AWM agent's conversation (:mod:`echo_trl.data.readers.awm_agent`);
+    ``None``: the format the episode was captured in (:func:`record_format`). ``verify_turn`` (``env_output`` |
+    ``omit``, default per format) keeps or drops the verifier step (dropped: a recorded final answer ends the
+    chat). A record with ``messages`` (a conversation log) is read as recorded by
+    :mod:`echo_trl.data.readers.conversations`.
     """
-    if format not in FORMATS:
+    if format is not None and format not in FORMATS:
         raise ValueError(f"unknown format {format!r} (expected one of {', '.join(FORMATS)})")
     if verify_turn not in (None, *VERIFY_TURNS):
         raise ValueError(f"unknown verify_turn {verify_turn!r} (expected one of {', '.join(VERIFY_TURNS)})")
@@ -111,18 +112,34 @@ def awm_episode_to_trajectory(
         check_text(episode)
         if is_conversation(episode):
             return conversation_to_trajectory(episode, source=source, record_id=record)
+        chosen = record_format(episode, format)
+        if compact_tools and chosen == "awm-agent":
+            raise EpisodeError(
+                "captured as awm-agent, which lists the tools as the official agent does: compact tools apply to "
+                "chat-template episodes (ask for that format to build it so)",
+                field="metadata.format",
+            )
         return awm_record_to_trajectory(
             episode,
             system_prompt=system_prompt,
             compact_tools=compact_tools,
-            format=format,
-            verify_turn=verify_turn or default_verify_turn(format),
+            format=chosen,
+            verify_turn=verify_turn or default_verify_turn(chosen),
         )
     except EpisodeError as exc:
         raise exc.at(source=source, record=record) from None
     except (RecursionError, OverflowError, TypeError, ValueError) as exc:
         # A backstop: content the checks above did not foresee is still this record's error.
         raise EpisodeError(f"cannot convert ({type(exc).__name__}: {exc})", source=source, record=record) from None
+
+
+def record_format(episode: Any, format: str | None) -> str:
+    """The format a record is built in: a conversation log is taken as recorded (``format``, else
+    ``chat-template``, names it); an AWM episode in ``format``, else the one it was captured in
+    (:func:`~echo_trl.data.readers.formats.build_format`)."""
+    if is_conversation(episode):
+        return format or "chat-template"
+    return build_format(episode, format)
 
 
 def load_awm_episodes(
@@ -133,7 +150,7 @@ def load_awm_episodes(
     compact_tools: bool = False,
     show_progress: bool | None = False,
     check: Callable[[Trajectory], None] | None = None,
-    format: str = "chat-template",
+    format: str | None = None,
     verify_turn: str | None = None,
 ) -> tuple[list[Trajectory], list[SkippedRecord]]:
     """Read and convert every episode under ``inputs``.
@@ -150,8 +167,9 @@ def load_awm_episodes(
     skipped: list[SkippedRecord] = []
     records = progress(iter_episode_records(inputs), desc="episodes", unit="ep", enable=show_progress)
     options = {"system_prompt": system_prompt, "compact_tools": compact_tools, "format": format}
+    checked = None if check is None else lambda trajectory, _format: check(trajectory)
     converted = iter_awm_trajectories(
-        records, strict=strict, on_skip=skipped.append, check=check, verify_turn=verify_turn, **options
+        records, strict=strict, on_skip=skipped.append, check=checked, verify_turn=verify_turn, **options
     )
     trajectories = [t for t, _ in converted]
     if not trajectories:
@@ -171,13 +189,14 @@ def iter_awm_trajectories(
     *,
     strict: bool = True,
     on_skip: Callable[[SkippedRecord], None] | None = None,
-    check: Callable[[Trajectory], Any] | None = None,
+    check: Callable[[Trajectory, str], Any] | None = None,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     compact_tools: bool = False,
-    format: str = "chat-template",
+    format: str | None = None,
     verify_turn: str | None = None,
 ) -> Iterator[tuple[Trajectory, Any]]:
-    """Each valid record of ``records`` as ``(trajectory, check(trajectory))``, one at a time (nothing kept).
+    """Each valid record of ``records`` as ``(trajectory, check(trajectory, its format))``, one at a time (nothing
+    kept; the format is the one it was built in, :func:`record_format`).
 
     ``check`` runs inside the record's error handling (an :class:`EpisodeError` it raises names the record);
     ``strict`` raises the first error, else each rejected record goes to ``on_skip``.
@@ -195,7 +214,7 @@ def iter_awm_trajectories(
                 format=format,
                 verify_turn=verify_turn,
             )
-            checked = check(trajectory) if check is not None else None
+            checked = check(trajectory, record_format(rec.data, format)) if check is not None else None
         except EpisodeError as exc:
             exc = exc.at(source=rec.source, record=rec.record or None)
             if strict:
