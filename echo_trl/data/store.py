@@ -25,12 +25,18 @@ from .readers.fields import BEHAVIOR_LOGPROB_FLOOR, BEHAVIOR_LOGPROB_RANGE, BEHA
 from .readers.records import SkippedRecord
 from .schema import FEATURES, REQUIRED_COLUMNS
 
-__all__ = ["check_rows", "load_echo_dataset", "save_dataset", "validate_dataset"]
+__all__ = ["check_rows", "column_values", "load_echo_dataset", "save_dataset", "validate_dataset"]
 
 #: A file every ``save_to_disk`` directory of one split has: what makes an existing ``--output`` replaceable.
 DATASET_MARKER = "dataset_info.json"
 #: The file ``save_to_disk`` writes for a ``DatasetDict`` (several splits).
 DATASET_DICT_MARKER = "dataset_dict.json"
+
+
+def column_values(ds: datasets.Dataset, name: str) -> list:
+    """One column of ``ds`` as a list, under its row selection, read as Arrow: ``list(ds[name])`` formats every row
+    as Python objects first (seconds per 10k rows of a dataset carrying token columns; minutes at 100k)."""
+    return ds.with_format("arrow", columns=[name])[:][name].to_pylist()
 
 
 def saved_dataset_kind(path: str | Path) -> str | None:

@@ -79,6 +79,19 @@ def test_dataset_key_follows_the_arrow_data_not_state_json(tmp_path, reads):
     assert content.dataset_content_key(edited.select([1])) != content.dataset_content_key(edited)
 
 
+def test_files_of_a_content_addressed_cache_are_named_by_path_not_read(tmp_path, reads):
+    ds = _saved(tmp_path)
+    files = [os.path.realpath(f["filename"]) for f in ds.cache_files]
+    key = content.dataset_content_key(ds, content_addressed=tmp_path)
+    assert not set(files) & set(reads)  # nothing under the cache read
+    assert key == content.dataset_content_key(ds, content_addressed=tmp_path / ".." / tmp_path.name)
+    assert key != content.dataset_content_key(ds)  # elsewhere: hashed, another key
+    assert set(files) <= set(reads)
+    (tmp_path / "ds").rename(tmp_path / "other")  # another content key is another directory: another key
+    moved = datasets.load_from_disk(str(tmp_path / "other"))
+    assert content.dataset_content_key(moved, content_addressed=tmp_path) != key
+
+
 def test_refingerprinted_dataset_keeps_rows_format_and_files(tmp_path, reads):
     ds = _saved(tmp_path).with_format("numpy", columns=["n"])
     keyed = content.with_content_fingerprint(ds)

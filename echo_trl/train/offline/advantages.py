@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ...data.store import column_values
 from ...errors import DatasetSchemaError
 from ...tokens.cache import add_row_column
 
@@ -70,13 +71,14 @@ def with_advantages(ds, scale_rewards: str, name: str):
         )
         adv = np.zeros(len(ds))
     else:
-        rewards = list(ds["reward"])
+        rewards = column_values(ds, "reward")
         if any(r is None or not math.isfinite(r) for r in rewards):
             raise DatasetSchemaError(f"{name}: every trajectory needs a finite 'reward'")
         if "group_id" in ds.column_names:
-            groups = list(ds["group_id"])
+            groups = column_values(ds, "group_id")
         elif {"scenario", "task_idx"} <= set(ds.column_names):
-            groups = [f"{s}/{t}" for s, t in zip(ds["scenario"], ds["task_idx"], strict=True)]
+            pairs = zip(column_values(ds, "scenario"), column_values(ds, "task_idx"), strict=True)
+            groups = [f"{s}/{t}" for s, t in pairs]
         else:
             groups = [str(i) for i in range(len(ds))]
         adv = group_advantages(rewards, groups, scale_rewards)

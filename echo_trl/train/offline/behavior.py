@@ -60,7 +60,7 @@ from ...data.content import dataset_content_key
 from ...errors import EchoTrlError
 from ...prefix.order import prefix_grouped_order
 from ...progress import progress
-from ...tokens.cache import cache_file_for, map_progress, map_to_cache
+from ...tokens.cache import cache_file_for, cache_root, map_progress, map_to_cache
 from .. import trl_compat
 from ..engines import local_shard, release_gathered
 from ..model import causal_lm, weights_are_sharded
@@ -131,7 +131,8 @@ def sharded_fingerprint(trainer) -> str:
 def _settings_fingerprint(trainer, settings: CollatorSettings, dataset, model_fp: str) -> str:
     a = trainer.args
     key = {
-        "dataset": dataset_content_key(dataset),  # the Arrow data itself, not only its datasets fingerprint
+        # the Arrow data itself, not only its datasets fingerprint (the token cache: by its content-keyed path)
+        "dataset": dataset_content_key(dataset, content_addressed=cache_root()),
         "model": model_fp,
         "temperature": trainer.temperature,
         "collation": [settings.max_completion_length, settings.max_length, settings.world_loss_target],

@@ -16,6 +16,7 @@ import torch
 from datasets import Dataset, IterableDataset
 from trl.trainer.utils import RepeatSampler
 
+from ...data.store import column_values
 from ...errors import EchoTrlError
 from ...tokens.cache import MESSAGE_ENDS, PROMPT_LENGTH, TOKEN_COLUMNS, add_row_column, tokenize_dataset
 from .. import trl_compat
@@ -149,8 +150,8 @@ def prefix_groups(dataset) -> tuple[list, list | None]:
     """``(group_ids, scenario_ids)`` of a trajectory dataset: what :func:`echo_trl.prefix.order.prefix_grouped_order`
     keeps together (a group's rows share their prompt, a scenario's groups its tool preamble)."""
     names = dataset.column_names
-    groups = list(dataset["group_id"]) if "group_id" in names else list(range(len(dataset)))
-    scenarios = list(dataset["scenario"]) if "scenario" in names else None
+    groups = column_values(dataset, "group_id") if "group_id" in names else list(range(len(dataset)))
+    scenarios = column_values(dataset, "scenario") if "scenario" in names else None
     if scenarios is not None and any(s is None for s in scenarios):
         scenarios = None
     return groups, scenarios

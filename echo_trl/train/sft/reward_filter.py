@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from ...data.store import column_values
 from ...errors import EchoTrlError
 from .weights import trains_actions
 
@@ -61,7 +62,7 @@ def filter_by_reward(dataset, min_reward: float | None, world_all_episodes: bool
             dataset = dataset.filter(lambda row: trains_actions(row["reward"], min_reward))
         return dataset, RewardFilter(min_reward, world_all_episodes, None, None)
     total = len(dataset)
-    keep = [trains_actions(r, min_reward) for r in dataset["reward"]]
+    keep = [trains_actions(r, min_reward) for r in column_values(dataset, "reward")]
     report = RewardFilter(min_reward, world_all_episodes, total, sum(keep))
     if report.kept == 0 and not world_all_episodes:
         raise EchoTrlError(
