@@ -60,15 +60,16 @@ print(json.dumps({"cache_bytes": size, "token_bytes": 5 * tokens + 4 * ends + 28
 
 
 def tree_anon_kb(pid: int) -> int:
-    """Anonymous resident memory (kB) of ``pid`` and every process under it: what the process tree itself holds,
-    without the pages of memory-mapped files it read (``datasets`` maps its Arrow files; the kernel can drop those
-    pages, and peak RSS counts them)."""
+    """Anonymous memory (kB) of ``pid`` and every process under it, each page counted once (``Pss_Anon``: a page a
+    forked worker still shares with its parent is split between them): what the process tree itself holds, without
+    the pages of memory-mapped files it read (``datasets`` maps its Arrow files; the kernel can drop those pages,
+    and peak RSS counts them)."""
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(re.search(r"RssAnon:\s+(\d+)", status).group(1))
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+            total += int(re.search(r"Pss_Anon:\s+(\d+)", rollup).group(1))
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, AttributeError):
