@@ -157,6 +157,35 @@ def alternate_measured(
     return out
 
 
+def paired_over_batches(
+    steps: dict[str, Callable[[slice], object]], n_rows: int, batch: int, repeats: int
+) -> tuple[dict[str, dict[str, float]], list[float], list[float]]:
+    """Two variants' steps (name -> step on a slice of the rows) on the same batch, one warm-up each, then
+    ``repeats`` pairs, the order flipped every repetition and the batch moving on after each: the medians per
+    variant (``seconds``, ``peak_mb``) and the paired time and memory ratios (first variant over second)."""
+    starts = list(range(0, n_rows - batch + 1, batch))
+    at = {"i": 0}
+    fns = {
+        k: (lambda step=step: step(slice(starts[at["i"] % len(starts)], starts[at["i"] % len(starts)] + batch)))
+        for k, step in steps.items()
+    }
+    names = list(fns)
+    results = {k: {"seconds": [], "peak_mb": []} for k in names}
+    alternate_measured(fns, 0, warmup=1)
+    for r in range(repeats):
+        order = names if r % 2 == 0 else names[::-1]
+        rep = alternate_measured({k: fns[k] for k in order}, 1, warmup=0)
+        for k in order:
+            results[k]["seconds"] += rep[k]["seconds"]
+            results[k]["peak_mb"] += rep[k]["peak_mb"]
+        at["i"] += 1
+    first, second = (results[k] for k in names)
+    ratios = [x / y for x, y in zip(first["seconds"], second["seconds"], strict=True)]
+    mem_ratios = [ratio(x, y) for x, y in zip(first["peak_mb"], second["peak_mb"], strict=True)]
+    med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}
+    return med, ratios, mem_ratios
+
+
 def quiet() -> None:
     """Silence progress bars and deprecation chatter (benchmarks print one table)."""
     from echo_trl.progress import quiet_libraries

@@ -22,14 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
-    alternate_measured,
     bundled_dataset,
     corpus_of,
     ensure_malloc_env,
     median,
     memory_method,
+    paired_over_batches,
     parser,
-    ratio,
     report,
     setup,
 )
@@ -122,32 +121,8 @@ def run(args) -> dict:
     if not same:
         raise SystemExit("the two trainers tokenized the conversations differently: no like-for-like timing")
     weighted = sum(max(r.get("labels") or [0]) >= 1 << 32 for r in echo_rows)
-    starts = list(range(0, len(echo_rows) - batch + 1, batch))
-    state = {"i": 0}
-
-    def echo_fn():
-        s = starts[state["i"] % len(starts)]
-        step(echo, echo_rows[s : s + batch])
-
-    def sft_fn():
-        s = starts[state["i"] % len(starts)]
-        step(sft, sft_rows[s : s + batch])
-
-    fns = {"EchoSFTTrainer": echo_fn, "SFTTrainer": sft_fn}
-    names = list(fns)
-    results = {k: {"seconds": [], "peak_mb": []} for k in names}
-    alternate_measured(fns, 0, warmup=1)
-    for r in range(repeats):
-        order = names if r % 2 == 0 else names[::-1]
-        rep = alternate_measured({k: fns[k] for k in order}, 1, warmup=0)
-        for k in order:
-            results[k]["seconds"] += rep[k]["seconds"]
-            results[k]["peak_mb"] += rep[k]["peak_mb"]
-        state["i"] += 1
-
-    ratios = [x / y for x, y in zip(results[names[0]]["seconds"], results[names[1]]["seconds"], strict=True)]
-    mem_ratios = [ratio(x, y) for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
-    med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}
+    steps = {"EchoSFTTrainer": lambda s: step(echo, echo_rows[s]), "SFTTrainer": lambda s: step(sft, sft_rows[s])}
+    med, ratios, mem_ratios = paired_over_batches(steps, len(echo_rows), batch, repeats)
     tokens = sum(len(echo_rows[i]["input_ids"]) for i in range(batch))
     out = {
         "benchmark": "sft_step",

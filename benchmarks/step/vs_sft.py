@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # common.py
 
 from common import (  # noqa: E402
-    alternate_measured,
     bundled_dataset,
     corpus_of,
     echo_step,
@@ -29,8 +28,8 @@ from common import (  # noqa: E402
     ensure_malloc_env,
     median,
     memory_method,
+    paired_over_batches,
     parser,
-    ratio,
     report,
     setup,
 )
@@ -111,32 +110,9 @@ def run(args) -> dict:
         id_rows.append(f.prompt_ids + f.completion_ids)
     sft = sft_trainer(copy.deepcopy(model), tokenizer, id_rows, tmp + "/sft", batch)
     sft_examples = list(sft.train_dataset)
-    starts = list(range(0, len(rows) - batch + 1, batch))
-    state = {"i": 0}
-
-    def echo_fn():
-        s = starts[state["i"] % len(starts)]
-        echo_step(echo, rows[s : s + batch])
-
-    def sft_fn():
-        s = starts[state["i"] % len(starts)]
-        sft_step(sft, sft_examples[s : s + batch])
-
-    fns = {"echo (lambda=0.05)": echo_fn, "sft": sft_fn}
-    names = list(fns)
-    results = {k: {"seconds": [], "peak_mb": []} for k in names}
-    alternate_measured(fns, 0, warmup=1)
-    for r in range(repeats):
-        order = names if r % 2 == 0 else names[::-1]
-        rep = alternate_measured({k: fns[k] for k in order}, 1, warmup=0)
-        for k in order:
-            results[k]["seconds"] += rep[k]["seconds"]
-            results[k]["peak_mb"] += rep[k]["peak_mb"]
-        state["i"] += 1
-
-    ratios = [x / y for x, y in zip(results[names[0]]["seconds"], results[names[1]]["seconds"], strict=True)]
-    mem_ratios = [ratio(x, y) for x, y in zip(results[names[0]]["peak_mb"], results[names[1]]["peak_mb"], strict=True)]
-    med = {k: {"seconds": median(v["seconds"]), "peak_mb": median(v["peak_mb"])} for k, v in results.items()}
+    steps = {"echo (lambda=0.05)": lambda s: echo_step(echo, rows[s]), "sft": lambda s: sft_step(sft, sft_examples[s])}
+    med, ratios, mem_ratios = paired_over_batches(steps, len(rows), batch, repeats)
+    names = list(steps)
     tokens = sum(len(id_rows[i]) for i in range(batch)) if id_rows else 0
     out = {
         "benchmark": "vs_sft",
