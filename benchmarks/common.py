@@ -20,6 +20,16 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def step_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the benchmarks that time a trainer step on a tiny model: threads, repetitions, rows per step and
+    the model's size (each ``None``: the benchmark's own default, smaller with ``--quick``)."""
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1 on CPU)")
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--hidden_size", type=int, default=None)
+    p.add_argument("--num_layers", type=int, default=None)
+
+
 def setup(args) -> None:
     """Quiet logs and pin torch's CPU threads (``--threads``, default 1: on a shared or small machine OpenMP
     threads that wait on each other made steps 20x slower and the A/B timings noisy)."""

@@ -31,6 +31,7 @@ from common import (  # noqa: E402
     parser,
     report,
     setup,
+    step_flags,
 )
 
 GOAL = 1.05
@@ -154,11 +155,7 @@ def run(args) -> dict:
 
 def main(argv=None) -> dict:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1 on CPU)")
-    p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--batch_size", type=int, default=None)
-    p.add_argument("--hidden_size", type=int, default=None)
-    p.add_argument("--num_layers", type=int, default=None)
+    step_flags(p)
     p.add_argument("--max_length", type=int, default=None, help="TRL's max_length (default 2048 quick, else 8192)")
     p.add_argument("--tool_schemas", action="store_true", help="keep the AWM tool schemas in the prompts")
     return run(p.parse_args(argv))
