@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from helpers.shared_data import AWM1K_SAMPLES, CAPTURED_EPISODE, require_shared
 from helpers.tiny import TEMPLATE_FAMILIES, tiny_tokenizer
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-# CI runs the property tests on a fixed seed (reproducible); locally they explore new examples.
-settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# CI runs the property tests on a fixed seed (reproducible); locally they explore new examples. Neither times
+# them: how fast examples are drawn depends on the machine's load, not on the code (speed is the benchmarks').
+settings.register_profile("local", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("local"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 os.environ.setdefault("ECHO_TRL_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
