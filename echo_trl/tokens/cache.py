@@ -273,20 +273,24 @@ def add_row_column(ds: datasets.Dataset, name: str, values: list, feature=None) 
     the selection first: a copy of every column, and a new source for the token cache). Each value is placed at
     its row's source index, other source rows get null; a selection that repeats a row is flattened as before."""
     indices = None if ds._indices is None else ds._indices.column(0).to_numpy()
-    if indices is None or len(np.unique(indices)) != len(indices):
+    if indices is not None and len(np.unique(indices)) != len(indices):
         return ds.add_column(name, values, feature=feature)
     if feature is None:
         array = pa.array(values)
         feature = Features.from_arrow_schema(pa.schema([(name, array.type)]))[name]
     else:
         array = pa.array(values, type=Features({name: feature}).arrow_schema.field(name).type)
-    order = np.full(ds.data.num_rows, len(values), dtype=np.int64)
-    order[indices] = np.arange(len(values))
-    full = pa.concat_arrays([array, pa.nulls(1, type=array.type)]).take(pa.array(order))
+    full = array
+    if indices is not None:
+        order = np.full(ds.data.num_rows, len(values), dtype=np.int64)
+        order[indices] = np.arange(len(values))
+        full = pa.concat_arrays([array, pa.nulls(1, type=array.type)]).take(pa.array(order))
     column = InMemoryTable(pa.table({name: full}))
-    return _side_by_side(
-        ds, column, Features({name: feature}), f"{name}/{hashlib.sha256(str(values).encode()).hexdigest()}"
-    )
+    # The values' own bytes as their tag (datasets' add_column pickles the list to fingerprint it: seconds at 100k).
+    digest = hashlib.sha256()
+    for buffer in full.buffers():
+        digest.update(b"-" if buffer is None else buffer)
+    return _side_by_side(ds, column, Features({name: feature}), f"{name}/{full.type}/{len(full)}/{digest.hexdigest()}")
 
 
 def cache_file_for(ds: datasets.Dataset, prefix: str, fingerprint: str) -> str | None:

@@ -40,19 +40,16 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], scale_r
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
     r = np.asarray(rewards, dtype=np.float64)
-    out = np.zeros_like(r)
-    groups: dict[str, list[int]] = {}
-    for i, g in enumerate(group_ids):
-        groups.setdefault(g, []).append(i)
-    for idx in groups.values():
-        vals = r[idx]
-        if len(idx) < 2:
-            continue  # advantage 0: nothing to compare with (still trains the world term)
-        adv = vals - vals.mean()
-        if scale_rewards == "group":
-            adv = adv / (float(np.std(vals, ddof=1)) + 1e-4)
-        out[idx] = adv
-    return out
+    index: dict = {}
+    codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64, count=len(r))
+    # Per-group sums over all rows at once (a loop over groups costs seconds at 100k episodes).
+    size = np.bincount(codes, minlength=len(index))
+    adv = r - (np.bincount(codes, weights=r, minlength=len(index)) / np.maximum(size, 1))[codes]
+    if scale_rewards == "group":
+        std = np.sqrt(np.bincount(codes, weights=adv * adv, minlength=len(index)) / np.maximum(size - 1, 1))
+        adv = adv / (std[codes] + 1e-4)
+    adv[size[codes] < 2] = 0.0  # a group of one: nothing to compare with (it still trains the world term)
+    return adv
 
 
 def with_advantages(ds, scale_rewards: str, name: str):
