@@ -16,7 +16,8 @@ tokenizer, float32 on CPU, 2 trajectories a step, otherwise the command's defaul
 and once with ``current``: the whole process (imports, model and cache load, the one step), so the difference
 between the sizes is what grows with N before the first step.
 
-    python benchmarks/data_scale/scale.py [--quick] [--json] [--sizes 1000 10000] [--cache_procs 1 2] [--first_step]
+    python benchmarks/data_scale/scale.py [--quick] [--json] [--sizes 1000 10000] [--cache_procs 1 2]
+        [--first_step [--repeats 3]]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,17 +133,22 @@ TRAIN_FLAGS = [
 ]
 
 
-def first_steps(n: int, data: Path, model: Path, root: Path, env: dict) -> dict:
-    """CPU seconds and peak RSS of ``echo-trl train --max_steps 1`` with each behaviour policy (the cache built)."""
-    out = {}
-    for policy in ("initial", "current"):
-        cmd = [sys.executable, "-m", "echo_trl.commands.cli", "train", "--model_name_or_path", str(model)]
-        cmd += ["--dataset_name", str(data), "--output_dir", str(root / f"run-{n}-{policy}")]
-        out[policy], _ = timed([*cmd, *TRAIN_FLAGS, "--behavior_policy", policy], env)
-    return out
+def first_steps(n: int, data: Path, model: Path, root: Path, env: dict, repeats: int = 1) -> dict:
+    """CPU seconds, wall seconds and memory of ``echo-trl train --max_steps 1`` with each behaviour policy (the cache
+    built): the median of ``repeats`` runs each, the two policies' order flipped every repetition, each run in a
+    fresh output directory (the starting log-probs' store is new every time)."""
+    runs: dict[str, list[dict]] = {"initial": [], "current": []}
+    for rep in range(repeats):
+        for policy in ("initial", "current") if rep % 2 == 0 else ("current", "initial"):
+            cmd = [sys.executable, "-m", "echo_trl.commands.cli", "train", "--model_name_or_path", str(model)]
+            cmd += ["--dataset_name", str(data), "--output_dir", str(root / f"run-{n}-{policy}-{rep}")]
+            runs[policy].append(timed([*cmd, *TRAIN_FLAGS, "--behavior_policy", policy], env)[0])
+    return {policy: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for policy, rs in runs.items()}
 
 
-def measure(n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), first_step: bool = False) -> dict:
+def measure(
+    n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), first_step: bool = False, repeats: int = 1
+) -> dict:
     episodes, data = root / f"episodes-{n}", root / f"ds-{n}"
     raw = write_episodes(n, episodes)
     python = sys.executable
@@ -163,7 +170,7 @@ def measure(n: int, root: Path, tokenizer: Path, env: dict, procs_list=(1, 2), f
         [python, "-m", "echo_trl.commands.cli", "stats", str(data), "--tokenizer", str(tokenizer), "--json"], stats_env
     )
     if first_step:
-        row["first_step"] = first_steps(n, data, tokenizer, root, stats_env)
+        row["first_step"] = first_steps(n, data, tokenizer, root, stats_env, repeats)
     return row
 
 
@@ -177,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sizes", type=int, nargs="+", default=None, help="episode counts (default 1000 10000)")
     p.add_argument("--cache_procs", type=int, nargs="+", default=[1, 2], help="num_proc of the cache builds")
     p.add_argument("--first_step", action="store_true", help="also time echo-trl train --max_steps 1 on the cache")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each first step (their median; default 1)")
     args = p.parse_args(argv)
     sizes = args.sizes or ([120, 480] if args.quick else [1000, 10000])
     env = {**os.environ, "ECHO_TRL_PROGRESS": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))}
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
         tok.save_pretrained(str(tokenizer))
         if args.first_step:
             build_tiny_model(tok, "qwen3", hidden_size=64).save_pretrained(str(tokenizer))
-        rows = [measure(n, root, tokenizer, env, args.cache_procs, args.first_step) for n in sizes]
+        rows = [measure(n, root, tokenizer, env, args.cache_procs, args.first_step, args.repeats) for n in sizes]
     fits = {}
     xs = [r["n"] for r in rows]
     steps = ["build", *(f"cache_np{k}" for k in args.cache_procs), "stats"]
