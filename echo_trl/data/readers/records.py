@@ -112,7 +112,7 @@ def awm_episode_to_trajectory(
         check_text(episode)
         if is_conversation(episode):
             return conversation_to_trajectory(episode, source=source, record_id=record)
-        chosen = record_format(episode, format)
+        chosen = build_format(episode, format)
         if compact_tools and chosen == "awm-agent":
             raise EpisodeError(
                 "captured as awm-agent, which lists the tools as the official agent does: compact tools apply to "

@@ -44,7 +44,7 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], scale_r
     codes = np.fromiter((index.setdefault(g, len(index)) for g in group_ids), dtype=np.int64, count=len(r))
     # Per-group sums over all rows at once (a loop over groups costs seconds at 100k episodes).
     size = np.bincount(codes, minlength=len(index))
-    adv = r - (np.bincount(codes, weights=r, minlength=len(index)) / np.maximum(size, 1))[codes]
+    adv = r - (np.bincount(codes, weights=r, minlength=len(index)) / size)[codes]  # every group has a row
     if scale_rewards == "group":
         std = np.sqrt(np.bincount(codes, weights=adv * adv, minlength=len(index)) / np.maximum(size - 1, 1))
         adv = adv / (std[codes] + 1e-4)
