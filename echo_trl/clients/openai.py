@@ -73,6 +73,10 @@ class BadResponse(ClientError):
     reason noted in it), the run goes on."""
 
 
+class Stopped(ClientError):
+    """The run was stopped (Ctrl-C, SIGTERM): the request in flight was ended, no other is sent."""
+
+
 class _Deadline(Exception):
     """The total deadline of one request passed (internal: becomes a retried problem)."""
 
@@ -133,6 +137,9 @@ class OpenAIClient:
     key_source: str = "the API key"
     _token_fields: bool | None = field(default=None, repr=False)  # None: not known yet (auto)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
+    _in_flight: dict[int, Any] = field(default_factory=dict, repr=False)  # request id -> what shuts its socket
+    _in_flight_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     refusal: str = ""  # why the server gives no token ids (auto mode fell back)
 
     def __post_init__(self) -> None:
@@ -155,6 +162,18 @@ class OpenAIClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def stop(self) -> None:
+        """End every request in flight at once and send no other (they raise :class:`Stopped`); from any thread.
+
+        A stopped run must not wait for an inference server: a request may run to the total deadline (minutes)
+        and be retried after it.
+        """
+        self._stopped.set()
+        with self._in_flight_lock:
+            shuts = list(self._in_flight.values())
+        for shut in shuts:
+            shut()
 
     @property
     def asks_token_fields(self) -> bool | None:
@@ -188,11 +207,14 @@ class OpenAIClient:
         problem = ""
         for attempt in range(self.max_retries + 1):
             retry_after = None
+            self._check_stopped("no request sent")
             try:
                 status, headers, data = self._send(where, body)
             except _Deadline:
+                self._check_stopped("the request in flight was ended")
                 problem = f"no complete response within the {self.timeout:g}s total deadline (--request_timeout)"
             except httpx.TransportError as exc:
+                self._check_stopped("the request in flight was ended")
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
                 if status == 200:
@@ -208,10 +230,14 @@ class OpenAIClient:
                         f"inference server {where} answered HTTP {status}: {detail}", status=status, detail=detail
                     )
             if attempt < self.max_retries:
-                time.sleep(backoff_seconds(attempt, self.backoff, retry_after))
+                self._stopped.wait(backoff_seconds(attempt, self.backoff, retry_after))  # stop() ends the wait
         raise InferenceServerError(
             redact(f"inference server {where} still failing after {self.max_retries + 1} tries: {problem}")
         )
+
+    def _check_stopped(self, what: str) -> None:
+        if self._stopped.is_set():
+            raise Stopped(f"the run was stopped: {what}")
 
     def _send(self, where: str, body: dict[str, Any]) -> tuple[int, Any, bytes]:
         """One POST: (status, headers, body bytes), the whole exchange within ``timeout`` and the body within
@@ -235,6 +261,11 @@ class OpenAIClient:
         timer = threading.Timer(self.timeout, shut)
         timer.daemon = True
         timer.start()
+        key = id(sockets)
+        with self._in_flight_lock:
+            self._in_flight[key] = shut
+        if self._stopped.is_set():  # stop() ran before this request registered: its socket is shut on connect
+            shut()
         try:
             with self._http.stream("POST", where, json=body, extensions={"trace": trace}) as r:
                 limit = self.max_response_bytes if r.status_code == 200 else ERROR_BODY_BYTES
@@ -257,6 +288,8 @@ class OpenAIClient:
             raise
         finally:
             timer.cancel()
+            with self._in_flight_lock:
+                del self._in_flight[key]
 
 
 def _shutdown(stream: Any) -> None:

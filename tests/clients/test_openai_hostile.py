@@ -3,11 +3,13 @@
 Every request ends within its total deadline (a dripping body, headers that never end), no response grows past
 the size cap (a never-ending chunked body, 300 MB), bodies are strict JSON objects (NaN, Infinity, 1e400,
 100k-deep nesting, an array, HTML), ``Retry-After: nan`` never reaches ``time.sleep``, and the API key is
-checked before any request and never appears in an error, even when the server quotes it back.
+checked before any request and never appears in an error, even when the server quotes it back. ``stop()`` ends
+a request in flight, or a wait before a retry, at once.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import tracemalloc
 
@@ -19,6 +21,7 @@ from echo_trl.clients.openai import (
     ClientError,
     InferenceServerError,
     OpenAIClient,
+    Stopped,
     backoff_seconds,
     retry_after_seconds,
 )
@@ -131,3 +134,30 @@ def test_redact_covers_registered_keys_and_any_authorization_or_bearer_value():
     assert (
         redact("server https://me:hunter2x@api.example/v1 failed") == f"server https://me:{MASK}@api.example/v1 failed"
     )
+
+
+@pytest.mark.parametrize("mode", ["drip", "endless_headers", "retry_after_nan"])
+def test_stop_ends_a_request_in_flight_or_a_wait_before_a_retry_and_sends_no_other(mode):
+    """A 600 s deadline and a 30 s back-off (``retry_after_nan``: HTTP 429 first): stop() from another thread
+    ends the call within the 20 s join, and no request is sent after it."""
+    with HostileServer([1, 2, 3]) as srv:  # its own: the request count is this test's
+        c = client(srv, mode, timeout=600, max_retries=1, backoff=600.0)
+        raised: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                c.complete(BODY)
+            except Exception as exc:  # noqa: BLE001 - what the caller sees
+                raised.append(exc)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        while not srv.requests:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the server is answering (or the 429 came back and the client waits to retry)
+        c.stop()
+        caller.join(timeout=20)
+        assert not caller.is_alive() and len(raised) == 1 and isinstance(raised[0], Stopped), raised
+        with pytest.raises(Stopped, match="no request sent"):
+            c.complete(BODY)
+        assert srv.requests == {mode: 1}

@@ -4,16 +4,23 @@ One capture plays one episode per case, one at a time (``a+b+c``: the n-th reque
 ends with exit 0, every line it wrote is strict JSON, every episode is kept, and each case ends the way the
 docs say: the well-formed control aligns; a body that is no strict JSON object or a malformed field ends its
 episode (noted); an unusable log-prob, token id or text flags the turn (no ``behavior_logprobs``); an episode
-over ``--max_rendered_chars`` is flagged, not a stopped run.
+over ``--max_rendered_chars`` is flagged, not a stopped run. A capture stopped (SIGTERM, Ctrl-C) while an
+episode waits on a server that never answers ends at once and keeps what finished.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
+from helpers.awm_attacks import REPO, owned_runtime_dirs, running
 from helpers.hostile_server import ANSWER, HostileServer
+from helpers.processes import descendant_pids
 from helpers.tiny import tiny_tokenizer
 
 from echo_trl.commands.cli import main
@@ -118,3 +125,33 @@ def test_a_key_with_a_stray_newline_is_refused_in_one_line_without_showing_it(
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("echo-trl capture: error: "), err
     assert "$HOSTILE_KEY" in lines[0] and "do-not-print-me" not in err
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_capture_ends_without_waiting_for_its_server_and_keeps_the_finished_episodes(
+    tokenizer_dir, tmp_path, sig, code
+):
+    """Two episodes finish; the third's request gets headers that never end, under a 600 s deadline. The
+    signal ends the run long before that: the finished episodes stay, no server process or runtime dir."""
+    ids = tiny_tokenizer("qwen2_5").encode(ANSWER + "<|im_end|>", add_special_tokens=False)
+    out = tmp_path / "out"
+    with HostileServer(ids) as server:
+        argv = capture_argv(server.url("ok+ok+endless_headers"), tokenizer_dir, out, "--episodes", "3")
+        argv += ["--request_timeout", "600"]  # the last value of a flag wins
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"}
+        cli = "import sys; from echo_trl.commands.cli import main; sys.exit(main(sys.argv[1:]))"
+        proc = subprocess.Popen([sys.executable, "-c", cli, *argv], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            while sum(server.requests.values()) < 3 and proc.poll() is None:  # the third episode waits
+                time.sleep(0.1)
+            assert proc.poll() is None, proc.stderr.read()
+            children = descendant_pids(proc.pid)  # the scenario server, contained
+            assert children
+            proc.send_signal(sig)
+            err = proc.communicate(timeout=120)[1]  # a run that waits for the request is killed below
+        finally:
+            proc.kill()
+    assert proc.returncode == code and "Traceback" not in err, (proc.returncode, err)
+    records = strict_lines(next(out.glob("*_task*.jsonl")))
+    assert sorted(r["metadata"]["episode"]["index"] for r in records) == [0, 1]
+    assert not running(children) and not owned_runtime_dirs(proc.pid)

@@ -71,12 +71,18 @@ def pooled_runner(
 
 
 def run_jobs(
-    jobs: list[Job], run: Callable[[Job], dict[str, Any]], *, concurrency: int = 1
+    jobs: list[Job],
+    run: Callable[[Job], dict[str, Any]],
+    *,
+    concurrency: int = 1,
+    on_stop: Callable[[], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Play ``jobs`` with at most ``concurrency`` in flight; yield each record as it finishes.
 
     The first job that raises stops new ones from starting; those in flight finish (their records
-    are yielded) and the error is raised after them, so nothing already played is lost.
+    are yielded) and the error is raised after them, so nothing already played is lost. When the
+    consumer stops instead (Ctrl-C or SIGTERM inside the generator, or the generator closed), no job
+    starts and ``on_stop`` ends those in flight, whose records are dropped (a rerun plays them).
     """
     if concurrency < 1:
         raise CollectError(f"--concurrency must be >= 1, got {concurrency}")
@@ -109,6 +115,8 @@ def run_jobs(
             failure = failure or RuntimeError("stopped")
             for fut in running:
                 fut.cancel()
+            if on_stop is not None:  # end the jobs in flight: leaving the executor waits for them
+                on_stop()
             raise
     if failure is not None:
         raise failure

@@ -157,6 +157,14 @@ def scenario_report(
     return ScenarioReport.from_report(check_scenarios(source, check), str(Path(settings.output) / REPORT_FILE))
 
 
+def _stop(pool: ServerPool, policy: Any) -> None:
+    """End the episodes in flight of a stopped run: their servers stopped, their policy's requests ended."""
+    pool.close()
+    stop = getattr(policy, "stop", None)  # a policy waiting on an inference server (see Policy)
+    if stop is not None:
+        stop()
+
+
 def collect(
     settings: CollectionSettings,
     source: ScenarioSource,
@@ -192,7 +200,7 @@ def collect(
                 sampler=sampler,
             )
             desc = f"capture {len(tasks)} scenario(s)"
-            records = run_jobs(todo, run, concurrency=settings.concurrency)
+            records = run_jobs(todo, run, concurrency=settings.concurrency, on_stop=lambda: _stop(pool, policy))
             try:
                 for record in progress(records, desc=desc, unit="episode", total=len(todo)):
                     if on_record is not None:
@@ -202,6 +210,8 @@ def collect(
                 raise PolicyError(
                     f"{exc} ({store.written} episode(s) of this run kept in {out}: rerun the same command to continue)"
                 ) from None
+            finally:  # stopped while a record was stored: the episodes in flight end now, not at exit
+                records.close()
             containment, stats = pool.containment, pool.stats
         elapsed = time.perf_counter() - t0
         summary = summarize(list(store.records()))

@@ -78,6 +78,10 @@ class OpenAIPolicy:
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT  # the dataset builder's default; awm-agent: the official one
     seed: int | None = 0
 
+    def stop(self) -> None:
+        """The run was stopped: end the requests in flight now (their episodes raise) and send no other."""
+        self.client.stop()
+
     def play(self, episode: Episode, episode_index: int = 0) -> list[dict[str, Any]]:
         """Play ``episode``; returns its sampled turns in order (the collector records them as ``sampler.turns``)."""
         turns: list[dict[str, Any]] = []

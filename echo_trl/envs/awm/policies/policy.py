@@ -23,7 +23,11 @@ class PolicyError(EchoTrlError):
 
 
 class Policy(Protocol):
-    """What plays an episode: a replay or a model policy."""
+    """What plays an episode: a replay or a model policy.
+
+    A policy that waits on something outside (an inference server) also has ``stop()``: called from another
+    thread when the run is stopped, it ends that wait, so the episodes in flight end without it.
+    """
 
     def play(self, episode: Any, episode_index: int = 0) -> None: ...
 
