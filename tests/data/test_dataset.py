@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import pytest
 from helpers.episodes import openenv_episode, session_episode
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from echo_trl.data.build import build_awm_dataset, trajectories_to_dataset
@@ -306,6 +306,8 @@ _POISON = st.one_of(_FRAGMENT, _FRAGMENT.map(lambda f: json.dumps('{"q": ' + f +
 
 @settings(max_examples=60, deadline=None)
 @given(path=st.sampled_from(POISON_PATHS), fragment=_POISON)
+@example(path=("task_idx",), fragment="0")  # a valid task_idx: kept as the record's own
+@example(path=("task_idx",), fragment="true")  # a bool is no task_idx
 def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
     ep = openenv_episode(task_idx=2, behavior_logprobs=[-0.5], tools=["search", "add_to_cart"])
     target = ep
@@ -321,7 +323,11 @@ def test_any_value_anywhere_is_kept_or_skipped_never_fatal(path, fragment):
         )
         skipped = []
         ds = build_awm_dataset([eps], strict=False, skipped=skipped)  # never raises
-        assert ds["task_idx"] in ([1, 3], [1, 2, 3])
+        kept = 2
+        if path == ("task_idx",) and not skipped:  # the poison replaced task_idx itself with a valid value
+            kept = json.loads(fragment)
+            assert type(kept) is int, fragment  # kept only as an integer (not a bool, not a float)
+        assert list(ds["task_idx"]) == ([1, 3] if skipped else [1, kept, 3])
         assert len(ds) + len(skipped) == 3
         event("poison skipped" if skipped else "poison kept (a valid value there)")
         assert all(s.record == "2" and s.reason.startswith(f"{eps}:2: ") and "\n" not in s.reason for s in skipped)

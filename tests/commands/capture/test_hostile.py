@@ -139,7 +139,9 @@ def test_a_stopped_capture_ends_without_waiting_for_its_server_and_keeps_the_fin
         argv = capture_argv(server.url("ok+ok+endless_headers"), tokenizer_dir, out, "--episodes", "3")
         argv += ["--request_timeout", "600"]  # the last value of a flag wins
         env = {**os.environ, "PYTHONPATH": str(REPO), "ECHO_TRL_PROGRESS": "0"}
-        cli = "import sys; from echo_trl.commands.cli import main; sys.exit(main(sys.argv[1:]))"
+        # Ctrl-C as in a terminal: a job a shell starts in the background ignores SIGINT, and so do its children
+        cli = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        cli += "from echo_trl.commands.cli import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.Popen([sys.executable, "-c", cli, *argv], env=env, stderr=subprocess.PIPE, text=True)
         try:
             while sum(server.requests.values()) < 3 and proc.poll() is None:  # the third episode waits
