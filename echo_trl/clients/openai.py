@@ -138,7 +138,7 @@ class OpenAIClient:
     _token_fields: bool | None = field(default=None, repr=False)  # None: not known yet (auto)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
-    _in_flight: dict[int, Any] = field(default_factory=dict, repr=False)  # request id -> what shuts its socket
+    _in_flight: set[Any] = field(default_factory=set, repr=False)  # what shuts each request's socket
     _in_flight_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     refusal: str = ""  # why the server gives no token ids (auto mode fell back)
 
@@ -171,7 +171,7 @@ class OpenAIClient:
         """
         self._stopped.set()
         with self._in_flight_lock:
-            shuts = list(self._in_flight.values())
+            shuts = list(self._in_flight)
         for shut in shuts:
             shut()
 
@@ -210,12 +210,12 @@ class OpenAIClient:
             self._check_stopped("no request sent")
             try:
                 status, headers, data = self._send(where, body)
-            except _Deadline:
+            except (_Deadline, httpx.TransportError) as exc:
                 self._check_stopped("the request in flight was ended")
-                problem = f"no complete response within the {self.timeout:g}s total deadline (--request_timeout)"
-            except httpx.TransportError as exc:
-                self._check_stopped("the request in flight was ended")
-                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if isinstance(exc, _Deadline):
+                    problem = f"no complete response within the {self.timeout:g}s total deadline (--request_timeout)"
+                else:
+                    problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             else:
                 if status == 200:
                     return _json_object(data)
@@ -261,9 +261,8 @@ class OpenAIClient:
         timer = threading.Timer(self.timeout, shut)
         timer.daemon = True
         timer.start()
-        key = id(sockets)
         with self._in_flight_lock:
-            self._in_flight[key] = shut
+            self._in_flight.add(shut)
         if self._stopped.is_set():  # stop() ran before this request registered: its socket is shut on connect
             shut()
         try:
@@ -289,7 +288,7 @@ class OpenAIClient:
         finally:
             timer.cancel()
             with self._in_flight_lock:
-                del self._in_flight[key]
+                self._in_flight.discard(shut)
 
 
 def _shutdown(stream: Any) -> None:
